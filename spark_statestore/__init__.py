@@ -1,0 +1,39 @@
+"""spark_statestore: Kafka-Streams-grade state stores for PySpark Structured Streaming.
+
+Key-value and window stores (KIP-428), transactional RocksDB storage (KIP-892) and a
+record cache (KIP-63) that live in the Python worker. See README.md and API.md.
+"""
+
+from spark_statestore.errors import (
+    CorruptStateError,
+    MissingStateError,
+    StateStoreError,
+    StoreClosedError,
+    StoreLockedError,
+)
+from spark_statestore.factories import Stores
+from spark_statestore.serde import Serdes
+from spark_statestore.stores import (
+    KeyValueStore,
+    StoreIterator,
+    Window,
+    Windowed,
+    WindowStore,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorruptStateError",
+    "KeyValueStore",
+    "MissingStateError",
+    "Serdes",
+    "StateStoreError",
+    "StoreClosedError",
+    "StoreIterator",
+    "StoreLockedError",
+    "Stores",
+    "Window",
+    "WindowStore",
+    "Windowed",
+]

@@ -1,0 +1,71 @@
+"""The iterator type every store returns.
+
+A `StoreIterator` wraps a generator of `(key, value)` pairs and adds what Kafka Streams'
+`KeyValueIterator` has: `peek_next_key()` and `close()`; it is also a context manager.
+Closing it closes the generator, which releases whatever the generator holds (RocksDB
+iterators, expiry holds of a window store).
+
+Speed: `iter(it)` returns the underlying generator when no item is peeked, so a `for`
+loop over a store iterator runs without a Python-level `__next__` per item. `next(it)`
+and the loop draw from the same generator, so mixing them stays consistent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+_EMPTY: Any = object()
+_DONE: Iterator[Any] = iter(())
+
+
+class StoreIterator(Generic[T]):
+    """An iterator of `(key, value)` pairs with `peek_next_key()` and `close()`."""
+
+    __slots__ = ("_source", "_peeked", "__weakref__")
+
+    def __init__(self, source: Iterator[T]) -> None:
+        self._source = source
+        self._peeked: Any = _EMPTY
+
+    def __iter__(self) -> Iterator[T]:
+        if self._peeked is _EMPTY:
+            return self._source
+        return self
+
+    def __next__(self) -> T:
+        item = self._peeked
+        if item is not _EMPTY:
+            self._peeked = _EMPTY
+            return item
+        return next(self._source)
+
+    def peek_next_key(self) -> Any:
+        """The key of the next item without consuming it; `StopIteration` when exhausted."""
+        if self._peeked is _EMPTY:
+            self._peeked = next(self._source)
+        return self._peeked[0]
+
+    def has_next(self) -> bool:
+        """Whether another item follows."""
+        try:
+            self.peek_next_key()
+        except StopIteration:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Release the iterator; later `next()` calls raise `StopIteration`."""
+        source = self._source
+        self._source = _DONE
+        self._peeked = _EMPTY
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> "StoreIterator[T]":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,133 @@
+"""Ordered byte keyspaces: what the persistent stores are written against.
+
+A store encodes its records into keys of one keyspace and calls only the methods of
+`KeySpace`. `MemoryKeySpace` keeps them in a `SortedMap`; `ColumnFamilyKeySpace` writes
+straight to a RocksDB column family; the transaction layer (`spark_statestore.txn`)
+provides a keyspace with the same methods that buffers writes until commit, so the stores
+need not know which one they run on.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, Protocol
+
+import rocksdict
+
+from spark_statestore.stores.rocksdb import RocksDatabase, first_in, last_in
+from spark_statestore.stores.sorted_map import SortedMap
+
+
+class KeySpace(Protocol):
+    """An ordered keyspace of bytes; ranges are `lo <= key < hi` (`None` = open end)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Apply puts (`None` value = delete) atomically where the keyspace can."""
+
+    def delete_range(self, lo: bytes, hi: bytes) -> None: ...
+
+    def scan(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]: ...
+
+    def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None: ...
+
+    def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None: ...
+
+    def approximate_num_entries(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+class MemoryKeySpace:
+    """A keyspace in a `SortedMap`; its scans are live views (see `SortedMap.iter_keys`)."""
+
+    def __init__(self) -> None:
+        self._map = SortedMap()
+        self.get = self._map.data.get
+        self.put = self._map.set
+        self.delete = self._map.pop
+
+    def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        for key, value in pairs:
+            if value is None:
+                self._map.pop(key)
+            else:
+                self._map.set(key, value)
+
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        for key in list(self._map.iter_keys(lo, hi, True, False)):
+            self._map.pop(key)
+
+    def scan(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        return self._map.iter_items(lo, hi, True, False, reverse)
+
+    def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
+        return next(self._map.iter_items(lo, hi, True, False), None)
+
+    def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
+        return next(self._map.iter_items(lo, hi, True, False, True), None)
+
+    def approximate_num_entries(self) -> int:
+        return len(self._map)
+
+    def flush(self) -> None:
+        """Nothing to persist."""
+
+    def clear(self) -> None:
+        self._map.clear()
+
+
+class ColumnFamilyKeySpace:
+    """A keyspace that writes straight to one RocksDB column family.
+
+    Point operations are the column family's own methods, bound once, so a store's
+    `get` reaches RocksDB without another Python frame.
+    """
+
+    def __init__(self, db: RocksDatabase, name: str) -> None:
+        self.db = db
+        self.name = name
+        cf = db.column_family(name)
+        self._cf = cf
+        self.get = cf.get
+        self.put = cf.put
+        self.delete = cf.delete
+
+    def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        handle = self.db.handle(self.name)
+        for key, value in pairs:
+            if value is None:
+                batch.delete(key, handle)
+            else:
+                batch.put(key, value, handle)
+        del handle
+        self.db.write(batch)
+
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        self._cf.delete_range(lo, hi)
+
+    def scan(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        return self.db.scan(self._cf, lo, hi, reverse)
+
+    def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
+        return first_in(self._cf, lo, hi)
+
+    def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
+        return last_in(self._cf, lo, hi)
+
+    def approximate_num_entries(self) -> int:
+        return self.db.property_int("rocksdb.estimate-num-keys", self.name)
+
+    def flush(self) -> None:
+        self.db.flush()

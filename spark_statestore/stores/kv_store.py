@@ -1,0 +1,120 @@
+"""Key-value stores: one implementation over any `KeySpace`.
+
+User keys are the keyspace's keys, unchanged. `InMemoryKeyValueStore` runs it on a
+`MemoryKeySpace` (whose iterators are live views), `RocksDBKeyValueStore` on a RocksDB
+column family or a transaction over one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from spark_statestore.stores.api import KeyValueStore, key_range_is_empty, prefix_end
+from spark_statestore.stores.iterators import StoreIterator
+from spark_statestore.stores.keyspace import KeySpace, MemoryKeySpace
+from spark_statestore.validation import check_bound, check_key, check_value
+
+
+class KeySpaceKeyValueStore(KeyValueStore):
+    """A key-value store whose records are the entries of a `KeySpace`."""
+
+    def __init__(
+        self, name: str, keyspace: KeySpace, on_close: Callable[[], Any] | None = None
+    ) -> None:
+        super().__init__(name, on_close)
+        self._ks = keyspace
+
+    @property
+    def keyspace(self) -> KeySpace:
+        return self._ks
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        if not self._open:
+            raise self._closed()
+        if type(key) is not bytes:
+            key = check_key(key)
+        if value is None:
+            self._ks.delete(key)
+        else:
+            if type(value) is not bytes:
+                value = check_value(value)
+            self._ks.put(key, value)
+
+    def get(self, key: bytes) -> bytes | None:
+        if not self._open:
+            raise self._closed()
+        if type(key) is not bytes:
+            key = check_key(key)
+        return self._ks.get(key)
+
+    def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
+        if not self._open:
+            raise self._closed()
+        key = check_key(key)
+        value = check_value(value)
+        previous = self._ks.get(key)
+        if previous is None and value is not None:
+            self._ks.put(key, value)
+        return previous
+
+    def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        if not self._open:
+            raise self._closed()
+        self._ks.put_many([(check_key(k), check_value(v)) for k, v in pairs])
+
+    def delete(self, key: bytes) -> bytes | None:
+        if not self._open:
+            raise self._closed()
+        key = check_key(key)
+        previous = self._ks.get(key)
+        if previous is not None:
+            self._ks.delete(key)
+        return previous
+
+    def range(self, key_from: bytes | None, key_to: bytes | None) -> StoreIterator:
+        return self._range(key_from, key_to, False, "range")
+
+    def reverse_range(self, key_from: bytes | None, key_to: bytes | None) -> StoreIterator:
+        return self._range(key_from, key_to, True, "reverse_range")
+
+    def _range(self, key_from, key_to, reverse: bool, method: str) -> StoreIterator:
+        if not self._open:
+            raise self._closed()
+        key_from = check_bound(key_from, "key_from")
+        key_to = check_bound(key_to, "key_to")
+        if key_range_is_empty(key_from, key_to, method):
+            return StoreIterator(iter(()))
+        hi = None if key_to is None else key_to + b"\x00"
+        return self._iterator(self._ks.scan(key_from, hi, reverse))
+
+    def prefix_scan(self, prefix: bytes) -> StoreIterator:
+        if not self._open:
+            raise self._closed()
+        prefix = check_key(prefix, "prefix")
+        return self._iterator(self._ks.scan(prefix, prefix_end(prefix), False))
+
+    def approximate_num_entries(self) -> int:
+        if not self._open:
+            raise self._closed()
+        return self._ks.approximate_num_entries()
+
+    def flush(self) -> None:
+        if not self._open:
+            raise self._closed()
+        self._ks.flush()
+
+
+class InMemoryKeyValueStore(KeySpaceKeyValueStore):
+    """Sorted in-memory key-value store; closing it drops its data."""
+
+    persistent = False
+
+    def __init__(self, name: str) -> None:
+        keyspace = MemoryKeySpace()
+        super().__init__(name, keyspace, on_close=keyspace.clear)
+
+
+class RocksDBKeyValueStore(KeySpaceKeyValueStore):
+    """Key-value store on a RocksDB column family (or a transaction over one)."""
+
+    persistent = True

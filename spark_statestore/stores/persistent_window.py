@@ -1,0 +1,279 @@
+"""Persistent window store over a keyspace, with the read semantics of the in-memory one.
+
+Key layout (time first, like the in-memory store's segments):
+
+* without duplicates: ``window_start (8 bytes, big-endian) | key``
+* with duplicates:    ``window_start | escape(key) | sequence (8 bytes)``; the key is
+  escaped (see `serde.escape`) so that a key that is a prefix of another cannot
+  interleave with it, and the sequence keeps put order.
+
+Byte order is (window start, key, put order), the API's forward order, so `fetch_all`
+and `all` are single ordered scans, and expiry is one `delete_range` below a
+segment boundary: data older than the retention period is dropped a segment at a time
+(`segment_interval`), and reads filter the rest. Single-key fetches skip-scan: one seek
+per window start that exists in the range, the same work as the in-memory store's
+per-segment lookups.
+
+The observed stream time and the next duplicate sequence block live in the same
+keyspace under keys starting with 0xff (data keys start below 0x80), so they commit
+with the data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from spark_statestore.serde import escape, unescape
+from spark_statestore.stores.api import Windowed, WindowStore, prefix_end, window_of
+from spark_statestore.stores.keyspace import KeySpace
+from spark_statestore.validation import MAX_TIME, check_key, check_time, check_window_put
+
+_STREAM_TIME_KEY = b"\xff\x01stream_time"
+_SEQUENCE_KEY = b"\xff\x02sequence"
+_SEQUENCE_BLOCK = 1 << 16
+
+
+def _ws(t: int) -> bytes:
+    """A window start as 8 big-endian bytes (2**63, one past the largest time, still fits)."""
+    return t.to_bytes(8, "big")
+
+
+def _start_of(key: bytes) -> int:
+    return int.from_bytes(key[:8], "big")
+
+
+def default_segment_interval(retention_period: int) -> int:
+    """Kafka Streams' default: half the retention period, at least one minute."""
+    return max(retention_period // 2, 60_000)
+
+
+class RocksDBWindowStore(WindowStore):
+    """KIP-428 window store on a `KeySpace` (see module docstring)."""
+
+    persistent = True
+
+    def __init__(
+        self,
+        name: str,
+        keyspace: KeySpace,
+        retention_period: int,
+        window_size: int,
+        retain_duplicates: bool = False,
+        segment_interval: int | None = None,
+        on_close: Callable[[], Any] | None = None,
+    ) -> None:
+        super().__init__(name, retention_period, window_size, retain_duplicates, on_close)
+        self._ks = keyspace
+        self.segment_interval = segment_interval or default_segment_interval(retention_period)
+        raw = keyspace.get(_STREAM_TIME_KEY)
+        self._stream_time = -1 if raw is None else int.from_bytes(raw, "big", signed=True)
+        self._expired_below = 0
+        raw = keyspace.get(_SEQUENCE_KEY)
+        self._sequence = self._sequence_limit = 0 if raw is None else int.from_bytes(raw, "big")
+
+    @property
+    def keyspace(self) -> KeySpace:
+        return self._ks
+
+    @property
+    def observed_stream_time(self) -> int:
+        return self._stream_time
+
+    # -- encoding -----------------------------------------------------------------------
+
+    def _key_part(self, key: bytes) -> bytes:
+        return escape(key) if self.retain_duplicates else key
+
+    def _key_part_end(self, key: bytes) -> bytes:
+        """Exclusive upper bound, after the window start, of every entry of `key`."""
+        if self.retain_duplicates:
+            return prefix_end(escape(key))  # type: ignore[return-value]
+        return key + b"\x00"
+
+    def _next_sequence(self) -> bytes:
+        seq = self._sequence
+        if seq >= self._sequence_limit:
+            self._sequence_limit = seq + _SEQUENCE_BLOCK
+            self._ks.put(_SEQUENCE_KEY, self._sequence_limit.to_bytes(8, "big"))
+        self._sequence = seq + 1
+        return seq.to_bytes(8, "big")
+
+    # -- writes -------------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
+        if not self._open:
+            raise self._closed()
+        key, value, window_start = check_window_put(key, value, window_start)
+        if window_start > self._stream_time:
+            self._stream_time = window_start
+            self._ks.put(_STREAM_TIME_KEY, window_start.to_bytes(8, "big", signed=True))
+            self._expire()
+        if window_start <= self._stream_time - self.retention_period:
+            self.metrics.dropped_records_total += 1
+            return
+        if self.retain_duplicates:
+            if value is not None:
+                self._ks.put(_ws(window_start) + escape(key) + self._next_sequence(), value)
+        elif value is None:
+            self._ks.delete(_ws(window_start) + key)
+        else:
+            self._ks.put(_ws(window_start) + key, value)
+
+    def _expire(self) -> None:
+        """Drop whole segments that lie entirely below the live range."""
+        live_from = self._stream_time - self.retention_period + 1
+        boundary = (live_from // self.segment_interval) * self.segment_interval
+        if boundary > self._expired_below:
+            self._ks.delete_range(b"", _ws(boundary))
+            self._expired_below = boundary
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, key: bytes, window_start: int) -> bytes | None:
+        if not self._open:
+            raise self._closed()
+        if type(key) is not bytes:
+            key = check_key(key)
+        if type(window_start) is not int or window_start < 0 or window_start > MAX_TIME:
+            window_start = check_time(window_start, "window_start")
+        if window_start <= self._stream_time - self.retention_period:
+            return None
+        if not self.retain_duplicates:
+            return self._ks.get(_ws(window_start) + key)
+        prefix = _ws(window_start) + escape(key)
+        found = self._ks.last(prefix, prefix_end(prefix))  # type: ignore[arg-type]
+        return None if found is None else found[1]
+
+    def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:
+        return self._walk_key_backward(key, lo, hi) if reverse else self._walk_key(key, lo, hi)
+
+    def _read_range(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int, reverse: bool
+    ) -> Iterator[tuple[Windowed, bytes]]:
+        scan = self._ks.scan
+        if key_from is None and key_to is None:
+            return self._windowed(scan(_ws(lo), _ws(hi + 1), reverse))
+        if reverse:
+            return self._skip_range_backward(key_from, key_to, lo, hi)
+        return self._skip_range(key_from, key_to, lo, hi)
+
+    def _entries_of(self, start: int, part: bytes, reverse: bool) -> Iterator[tuple[int, bytes]]:
+        """Every value of one key (given as its key part) in one window."""
+        window = _ws(start)
+        end = prefix_end(part)
+        for _, value in self._ks.scan(window + part, window + end, reverse):  # type: ignore[operator]
+            yield start, value
+
+    def _walk_key(self, key: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
+        """Skip-scan forward: one seek to the smallest (window, key) >= (t, key) per step."""
+        ks = self._ks
+        part = self._key_part(key)
+        dups = self.retain_duplicates
+        end = _ws(hi + 1)
+        t = lo
+        while t <= hi:
+            found = ks.first(_ws(t) + part, end)
+            if found is None:
+                return
+            stored, value = found
+            w = _start_of(stored)
+            rest = stored[8:]
+            if (rest.startswith(part) if dups else rest == part):
+                if dups:
+                    yield from self._entries_of(w, part, False)
+                else:
+                    yield w, value
+                t = w + 1
+            elif w > t and rest < part:
+                t = w  # landed on the first entry of a later window: look for the key there
+            else:
+                t = w + 1  # the key has no entry in window w
+
+    def _walk_key_backward(self, key: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
+        """Skip-scan backward: one seek to the largest (window, key) <= (t, key) per step."""
+        ks = self._ks
+        part = self._key_part(key)
+        part_end = self._key_part_end(key)
+        dups = self.retain_duplicates
+        floor = _ws(lo)
+        t = hi
+        while t >= lo:
+            found = ks.last(floor, _ws(t) + part_end)
+            if found is None:
+                return
+            stored, value = found
+            w = _start_of(stored)
+            rest = stored[8:]
+            if (rest.startswith(part) if dups else rest == part):
+                if dups:
+                    yield from self._entries_of(w, part, True)
+                else:
+                    yield w, value
+                t = w - 1
+            elif w < t and rest >= part_end:
+                t = w  # landed on the last entry of an earlier window: look for the key there
+            else:
+                t = w - 1
+
+    def _windowed(self, entries: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Windowed, bytes]]:
+        """Decode stored entries into `(Windowed, value)`; the window is rebuilt only when
+        the 8-byte window-start prefix changes."""
+        new = tuple.__new__
+        size = self.window_size
+        dups = self.retain_duplicates
+        prefix = None
+        window = None
+        for stored, value in entries:
+            if stored[:8] != prefix:
+                prefix = stored[:8]
+                window = window_of(int.from_bytes(prefix, "big"), size)
+            key = unescape(stored, 8)[0] if dups else stored[8:]
+            yield new(Windowed, (key, window)), value
+
+    def _skip_range(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
+    ) -> Iterator[tuple[Windowed, bytes]]:
+        """Forward over windows; in each, one scan of the key range (one seek per window)."""
+        ks = self._ks
+        end = _ws(hi + 1)
+        low = b"" if key_from is None else self._key_part(key_from)
+        high = None if key_to is None else self._key_part_end(key_to)
+        t = lo
+        while t <= hi:
+            found = ks.first(_ws(t) + low, end)
+            if found is None:
+                return
+            w = _start_of(found[0])
+            if w > t and found[0][8:] < low:
+                t = w
+                continue
+            upper = _ws(w + 1) if high is None else _ws(w) + high
+            yield from self._windowed(ks.scan(_ws(w) + low, upper))
+            t = w + 1
+
+    def _skip_range_backward(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
+    ) -> Iterator[tuple[Windowed, bytes]]:
+        """Backward over windows; in each, one reverse scan of the key range."""
+        ks = self._ks
+        floor = _ws(lo)
+        low = b"" if key_from is None else self._key_part(key_from)
+        high = None if key_to is None else self._key_part_end(key_to)
+        t = hi
+        while t >= lo:
+            bound = _ws(t + 1) if high is None else _ws(t) + high
+            found = ks.last(floor, bound)
+            if found is None:
+                return
+            w = _start_of(found[0])
+            if w < t and high is not None and found[0][8:] >= high:
+                t = w
+                continue
+            upper = _ws(w + 1) if high is None else _ws(w) + high
+            yield from self._windowed(ks.scan(_ws(w) + low, upper, True))
+            t = w - 1
+
+    def flush(self) -> None:
+        if not self._open:
+            raise self._closed()
+        self._ks.flush()

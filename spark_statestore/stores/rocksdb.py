@@ -1,0 +1,277 @@
+"""One RocksDB directory, opened in raw mode, holding a column family per store.
+
+`RocksDatabase` owns everything that keeps the RocksDB lock alive (column-family objects,
+handles, iterators), so `close()` really releases the directory for the next opener; in
+rocksdict any live handle or iterator keeps the database open.
+
+Facts this module works around (rocksdict 0.3): every existing column family must be
+named at open; `ReadOptions.set_iterate_lower_bound` sets an upper bound, so lower bounds
+are applied with `seek` and a check in Python; iterating a `Snapshot` ignores the
+snapshot (plain iterators are consistent on their own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import weakref
+from typing import Any, Iterator
+
+import rocksdict
+
+from spark_statestore.errors import CorruptStateError, StoreClosedError, StoreLockedError
+
+DEFAULT_COLUMN_FAMILY = "default"
+META_COLUMN_FAMILY = "__meta__"
+_RESERVED_PREFIX = "__"
+
+
+def check_store_name(name: str) -> str:
+    """Store names double as column-family names; names starting with `__` are reserved."""
+    if name.startswith(_RESERVED_PREFIX) or name == DEFAULT_COLUMN_FAMILY:
+        raise ValueError(
+            f"name {name!r} is reserved (names starting with '__' and 'default' are used internally)"
+        )
+    return name
+
+
+def _is_lock_error(error: Exception) -> bool:
+    text = str(error)
+    return "LOCK" in text and ("lock" in text.lower())
+
+
+class RocksDatabase:
+    """A RocksDB database directory with named column families (created on first use).
+
+    `wal=False` writes without the write-ahead log: a crash may lose the latest writes,
+    but atomic flush keeps every column family at the same point (KIP-892's argument).
+    A directory locked by another opener is retried for `lock_timeout` seconds, then
+    `StoreLockedError` names it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        wal: bool = True,
+        lock_timeout: float = 0.0,
+        write_buffer_bytes: int = 32 << 20,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.wal = wal
+        self._options = self._make_options(write_buffer_bytes)
+        self._cf_options = self._make_options(write_buffer_bytes)
+        self.write_options = rocksdict.WriteOptions()
+        self.write_options.disable_wal = not wal
+        self._db, self._names = self._open(lock_timeout)
+        self._db.set_write_options(self.write_options)
+        self._cfs: dict[str, rocksdict.Rdict] = {}
+        self._scans: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._open_flag = True
+
+    # -- opening ------------------------------------------------------------------------
+
+    @staticmethod
+    def _make_options(write_buffer_bytes: int) -> rocksdict.Options:
+        opts = rocksdict.Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.create_missing_column_families(True)
+        opts.set_atomic_flush(True)
+        opts.set_keep_log_file_num(2)
+        opts.set_max_log_file_size(1 << 20)
+        opts.set_max_background_jobs(2)
+        opts.set_write_buffer_size(write_buffer_bytes)
+        opts.set_db_write_buffer_size(2 * write_buffer_bytes)
+        return opts
+
+    def _existing_column_families(self) -> list[str]:
+        path = self.path
+        if not os.path.exists(path):
+            return []
+        if not os.path.isdir(path):
+            raise CorruptStateError(f"state path {path} exists but is not a directory")
+        entries = [e for e in os.listdir(path) if e != "LOCK"]
+        if not entries:
+            return []
+        if not os.path.exists(os.path.join(path, "CURRENT")):
+            raise CorruptStateError(
+                f"RocksDB database at {path} is missing its CURRENT file "
+                f"(found {sorted(entries)[:8]}); refusing to open it as an empty store"
+            )
+        try:
+            return list(rocksdict.Rdict.list_cf(path, self._options))
+        except Exception as e:
+            raise CorruptStateError(f"cannot read the RocksDB database at {path}: {e}") from e
+
+    def _open(self, lock_timeout: float) -> tuple[rocksdict.Rdict, set[str]]:
+        deadline = time.monotonic() + max(lock_timeout, 0.0)
+        delay = 0.01
+        while True:
+            names = self._existing_column_families()
+            families = {n: self._cf_options for n in names if n != DEFAULT_COLUMN_FAMILY}
+            try:
+                db = rocksdict.Rdict(self.path, self._options, column_families=families)
+                return db, set(families) | {DEFAULT_COLUMN_FAMILY}
+            except Exception as e:
+                if not _is_lock_error(e):
+                    raise CorruptStateError(
+                        f"cannot open the RocksDB database at {self.path}: {e}"
+                    ) from e
+                if time.monotonic() >= deadline:
+                    raise StoreLockedError(
+                        f"the RocksDB database at {self.path} is locked by another opener "
+                        f"(waited {lock_timeout:.1f}s): {e}"
+                    ) from e
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    # -- column families ----------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._open_flag
+
+    def _check_open(self) -> None:
+        if not self._open_flag:
+            raise StoreClosedError(f"RocksDB database at {self.path} is closed")
+
+    def column_family(self, name: str) -> rocksdict.Rdict:
+        """The column family `name` as an `Rdict` (created if missing)."""
+        self._check_open()
+        cf = self._cfs.get(name)
+        if cf is None:
+            if name in self._names:
+                cf = self._db.get_column_family(name)
+            else:
+                cf = self._db.create_column_family(name, self._cf_options)
+                self._names.add(name)
+            cf.set_write_options(self.write_options)
+            self._cfs[name] = cf
+        return cf
+
+    def column_family_names(self) -> set[str]:
+        self._check_open()
+        return set(self._names)
+
+    def register_store(self, name: str, spec: dict) -> None:
+        """Record what kind of store column family `name` holds; refuse to reopen it differently."""
+        meta = self.column_family(META_COLUMN_FAMILY)
+        key = b"store:" + name.encode("utf-8")
+        stored = meta.get(key)
+        if stored is None:
+            meta.put(key, json.dumps(spec, sort_keys=True).encode("utf-8"))
+            return
+        existing = json.loads(stored)
+        if existing != spec:
+            raise ValueError(
+                f"store {name!r} in {self.path} was created as {existing}; cannot open it as {spec}"
+            )
+
+    def handle(self, name: str) -> Any:
+        """A column-family handle for `WriteBatch` operations (do not keep it)."""
+        self.column_family(name)
+        return self._db.get_column_family_handle(name)
+
+    # -- writes and reads ---------------------------------------------------------------
+
+    def write(self, batch: rocksdict.WriteBatch) -> None:
+        """Apply a batch atomically (across column families)."""
+        self._check_open()
+        self._db.write(batch, self.write_options)
+
+    def scan(
+        self, cf: rocksdict.Rdict, lo: bytes | None, hi: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs with `lo <= key < hi` (None = open) from a consistent point in time."""
+        gen = _scan(cf, lo, hi, reverse)
+        self._scans.add(gen)
+        return gen
+
+    def flush(self) -> None:
+        """Flush memtables of every column family to SST files (atomically)."""
+        self._check_open()
+        self._db.flush(True)
+
+    def checkpoint(self, destination: str) -> None:
+        """A RocksDB checkpoint (hard-linked SSTs plus metadata) at `destination`."""
+        self._check_open()
+        self._db.flush(True)
+        rocksdict.Checkpoint(self._db).create_checkpoint(destination)
+
+    def property_int(self, name: str, cf: str | None = None) -> int:
+        self._check_open()
+        target = self._db if cf is None else self.column_family(cf)
+        value = target.property_int_value(name)
+        return int(value or 0)
+
+    def close(self) -> None:
+        """Release every handle and iterator, then the database (and its lock)."""
+        if not self._open_flag:
+            return
+        self._open_flag = False
+        for gen in list(self._scans):
+            gen.close()
+        self._scans = weakref.WeakSet()
+        for cf in self._cfs.values():
+            cf.close()
+        self._cfs.clear()
+        self._db.close()
+        self._db = None  # type: ignore[assignment]
+
+    def __enter__(self) -> "RocksDatabase":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<RocksDatabase {self.path} wal={self.wal} {'open' if self._open_flag else 'closed'}>"
+
+
+def _scan(
+    cf: rocksdict.Rdict, lo: bytes | None, hi: bytes | None, reverse: bool
+) -> Iterator[tuple[bytes, bytes]]:
+    opts = rocksdict.ReadOptions()
+    if hi is not None:
+        opts.set_iterate_upper_bound(hi)
+    if not reverse:
+        if lo is None:
+            yield from cf.items(read_opt=opts)
+        else:
+            yield from cf.items(from_key=lo, read_opt=opts)
+        return
+    items = cf.items(backwards=True, read_opt=opts)
+    if lo is None:
+        yield from items
+        return
+    for item in items:
+        if item[0] < lo:
+            return
+        yield item
+
+
+def first_in(cf: rocksdict.Rdict, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
+    """The first pair with `lo <= key < hi`, by one seek."""
+    it = cf.iter()
+    it.seek(lo)
+    if not it.valid():
+        return None
+    key = it.key()
+    if hi is not None and key >= hi:
+        return None
+    return key, it.value()
+
+
+def last_in(cf: rocksdict.Rdict, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
+    """The last pair with `lo <= key < hi`, by one seek."""
+    it = cf.iter()
+    it.seek_for_prev(hi)
+    if it.valid() and it.key() >= hi:
+        it.prev()
+    if not it.valid():
+        return None
+    key = it.key()
+    if lo is not None and key < lo:
+        return None
+    return key, it.value()

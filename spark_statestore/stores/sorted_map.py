@@ -1,0 +1,129 @@
+"""`SortedMap`: a dict whose keys can also be walked in order, safely under mutation.
+
+Point operations cost what a dict costs. The sorted index of keys (a
+`sortedcontainers.SortedList`) is built on the first ordered walk and maintained from then
+on, so a map that is only used for point reads and writes (most transaction buffers,
+most cache segments) never pays for ordering.
+
+Ordered walks (`iter_keys`) are *live*: they take keys from the index in small chunks and
+check a structural version counter before every key they hand out. If a key was added
+or removed since the chunk was taken, the walk re-seeks from the last key it yielded.
+So a walk never yields a key that is no longer present, sees keys added ahead of it,
+and never fails because the map changed underneath it.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any, Hashable, Iterator
+
+from sortedcontainers import SortedList
+
+_CHUNK_MIN = 8
+_CHUNK_MAX = 1024
+_NONE: Any = object()
+
+
+class SortedMap:
+    """A dict (`data`) plus a lazily built, then maintained, sorted key index."""
+
+    __slots__ = ("data", "_keys", "version")
+
+    def __init__(self, eager: bool = False) -> None:
+        self.data: dict = {}
+        self._keys: SortedList | None = SortedList() if eager else None
+        self.version = 0  # bumped on every insert of a new key and every removal
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.data
+
+    def set(self, key: Any, value: Any) -> None:
+        data = self.data
+        if key not in data:
+            keys = self._keys
+            if keys is not None:
+                keys.add(key)
+            self.version += 1
+        data[key] = value
+
+    def pop(self, key: Any, default: Any = None) -> Any:
+        data = self.data
+        if key not in data:
+            return default
+        value = data.pop(key)
+        keys = self._keys
+        if keys is not None:
+            keys.remove(key)
+        self.version += 1
+        return value
+
+    def clear(self) -> None:
+        self.data.clear()
+        if self._keys is not None:
+            self._keys.clear()
+        self.version += 1
+
+    def sorted_keys(self) -> SortedList:
+        """The sorted key index (built now if it was not yet)."""
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = SortedList(self.data)
+        return keys
+
+    def first_key(self) -> Any:
+        keys = self.sorted_keys()
+        return keys[0] if keys else None
+
+    def pop_first(self) -> tuple[Any, Any]:
+        keys = self.sorted_keys()
+        key = keys.pop(0)
+        self.version += 1
+        return key, self.data.pop(key)
+
+    def iter_keys(
+        self,
+        lo: Any = None,
+        hi: Any = None,
+        lo_inclusive: bool = True,
+        hi_inclusive: bool = True,
+        reverse: bool = False,
+    ) -> Iterator[Any]:
+        """Live ordered walk over keys in the range (`None` = open end)."""
+        keys = self.sorted_keys()
+        size = _CHUNK_MIN
+        last: Any = _NONE
+        while True:
+            version = self.version
+            chunk = list(islice(keys.irange(lo, hi, (lo_inclusive, hi_inclusive), reverse), size))
+            for key in chunk:
+                if self.version != version:
+                    break
+                last = key
+                yield key
+            else:
+                if len(chunk) < size and self.version == version:
+                    return
+            # resume strictly after the last key handed out
+            if last is not _NONE:
+                if reverse:
+                    hi, hi_inclusive = last, False
+                else:
+                    lo, lo_inclusive = last, False
+            if size < _CHUNK_MAX:
+                size *= 2
+
+    def iter_items(
+        self,
+        lo: Any = None,
+        hi: Any = None,
+        lo_inclusive: bool = True,
+        hi_inclusive: bool = True,
+        reverse: bool = False,
+    ) -> Iterator[tuple[Any, Any]]:
+        """Live ordered walk over `(key, value)` pairs; values are read when yielded."""
+        data = self.data
+        for key in self.iter_keys(lo, hi, lo_inclusive, hi_inclusive, reverse):
+            yield key, data[key]

@@ -1,0 +1,153 @@
+"""Typed facades: a store seen through a key serde and a value serde.
+
+`store.typed(Serdes.string(), Serdes.json())` gives the same operations over Python
+values. Ranges follow byte order of the encoded keys, so use an order-preserving key
+serde (`Serdes.string()`, `Serdes.int64_key()`, `Serdes.tuple(...)`) where order matters.
+Anything else (commit, metrics, stream time, ...) is passed through to the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+from spark_statestore.serde import Serde
+from spark_statestore.stores.api import KeyValueStore, Windowed, WindowStore
+from spark_statestore.stores.iterators import StoreIterator
+
+
+def _decoded(source: StoreIterator, decode_item) -> StoreIterator:
+    def walk() -> Iterator[Any]:
+        try:
+            for item in source:
+                yield decode_item(item)
+        finally:
+            source.close()
+
+    return StoreIterator(walk())
+
+
+class _Typed:
+    def __init__(self, store: Any, key_serde: Serde, value_serde: Serde) -> None:
+        self.store = store
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._ek = key_serde.encode
+        self._dk = key_serde.decode
+        self._ev = value_serde.encode
+        self._dv = value_serde.decode
+
+    def _encode_value(self, value: Any) -> bytes | None:
+        return None if value is None else self._ev(value)
+
+    def _decode_value(self, raw: bytes | None) -> Any:
+        return None if raw is None else self._dv(raw)
+
+    def _bound(self, key: Any) -> bytes | None:
+        return None if key is None else self._ek(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.store.close()
+
+    def __repr__(self) -> str:
+        return f"<typed {self.store!r} keys={self.key_serde!r} values={self.value_serde!r}>"
+
+
+class TypedKeyValueStore(_Typed):
+    """A `KeyValueStore` over typed keys and values."""
+
+    store: KeyValueStore
+
+    def put(self, key: Any, value: Any) -> None:
+        self.store.put(self._ek(key), self._encode_value(value))
+
+    def get(self, key: Any) -> Any:
+        return self._decode_value(self.store.get(self._ek(key)))
+
+    def put_if_absent(self, key: Any, value: Any) -> Any:
+        return self._decode_value(self.store.put_if_absent(self._ek(key), self._encode_value(value)))
+
+    def put_all(self, pairs: Iterable[tuple[Any, Any]]) -> None:
+        self.store.put_all([(self._ek(k), self._encode_value(v)) for k, v in pairs])
+
+    def delete(self, key: Any) -> Any:
+        return self._decode_value(self.store.delete(self._ek(key)))
+
+    def _pair(self, item: tuple[bytes, bytes]) -> tuple[Any, Any]:
+        return self._dk(item[0]), self._dv(item[1])
+
+    def range(self, key_from: Any, key_to: Any) -> StoreIterator:
+        return _decoded(self.store.range(self._bound(key_from), self._bound(key_to)), self._pair)
+
+    def reverse_range(self, key_from: Any, key_to: Any) -> StoreIterator:
+        return _decoded(
+            self.store.reverse_range(self._bound(key_from), self._bound(key_to)), self._pair
+        )
+
+    def all(self) -> StoreIterator:
+        return _decoded(self.store.all(), self._pair)
+
+    def reverse_all(self) -> StoreIterator:
+        return _decoded(self.store.reverse_all(), self._pair)
+
+    def prefix_scan(self, prefix: Any) -> StoreIterator:
+        """Keys starting with `prefix`; for tuple keys, `prefix` is a tuple of leading components."""
+        if isinstance(prefix, tuple) and hasattr(self.key_serde, "prefix"):
+            raw = self.key_serde.prefix(*prefix)
+        else:
+            raw = self._ek(prefix)
+        return _decoded(self.store.prefix_scan(raw), self._pair)
+
+
+class TypedWindowStore(_Typed):
+    """A `WindowStore` over typed keys and values."""
+
+    store: WindowStore
+
+    def put(self, key: Any, value: Any, window_start: int) -> None:
+        self.store.put(self._ek(key), self._encode_value(value), window_start)
+
+    def get(self, key: Any, window_start: int) -> Any:
+        return self._decode_value(self.store.get(self._ek(key), window_start))
+
+    def _timed(self, item: tuple[int, bytes]) -> tuple[int, Any]:
+        return item[0], self._dv(item[1])
+
+    def _windowed(self, item: tuple[Windowed, bytes]) -> tuple[Windowed, Any]:
+        windowed, raw = item
+        return Windowed(self._dk(windowed.key), windowed.window), self._dv(raw)
+
+    def fetch(self, key: Any, time_from: int, time_to: int) -> StoreIterator:
+        return _decoded(self.store.fetch(self._ek(key), time_from, time_to), self._timed)
+
+    def backward_fetch(self, key: Any, time_from: int, time_to: int) -> StoreIterator:
+        return _decoded(self.store.backward_fetch(self._ek(key), time_from, time_to), self._timed)
+
+    def fetch_range(self, key_from: Any, key_to: Any, time_from: int, time_to: int) -> StoreIterator:
+        inner = self.store.fetch_range(self._bound(key_from), self._bound(key_to), time_from, time_to)
+        return _decoded(inner, self._windowed)
+
+    def backward_fetch_range(
+        self, key_from: Any, key_to: Any, time_from: int, time_to: int
+    ) -> StoreIterator:
+        inner = self.store.backward_fetch_range(
+            self._bound(key_from), self._bound(key_to), time_from, time_to
+        )
+        return _decoded(inner, self._windowed)
+
+    def fetch_all(self, time_from: int, time_to: int) -> StoreIterator:
+        return _decoded(self.store.fetch_all(time_from, time_to), self._windowed)
+
+    def backward_fetch_all(self, time_from: int, time_to: int) -> StoreIterator:
+        return _decoded(self.store.backward_fetch_all(time_from, time_to), self._windowed)
+
+    def all(self) -> StoreIterator:
+        return _decoded(self.store.all(), self._windowed)
+
+    def backward_all(self) -> StoreIterator:
+        return _decoded(self.store.backward_all(), self._windowed)

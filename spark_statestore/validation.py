@@ -1,0 +1,129 @@
+"""Argument checks shared by every layer.
+
+Messages name the parameter and the value given, as API.md requires. The checks are
+written for the hot path: the common case (a `bytes` key, an `int` time) costs one
+`type(...) is` test.
+"""
+
+from __future__ import annotations
+
+import datetime
+import operator
+from typing import Any
+
+MAX_TIME = 2**63 - 1
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 80:
+        text = text[:77] + "..."
+    return f"{type(value).__name__}: {text}"
+
+
+def check_key(key: Any, name: str = "key") -> bytes:
+    """Return `key` if it is bytes; `None` and other types raise `TypeError`."""
+    if type(key) is bytes:
+        return key
+    if key is None:
+        raise TypeError(f"{name} cannot be None")
+    if isinstance(key, bytes):
+        return bytes(key)
+    raise TypeError(f"{name} must be bytes, got {_describe(key)}")
+
+
+def check_bound(key: Any, name: str) -> bytes | None:
+    """A range bound: bytes or `None` (open end)."""
+    if key is None or type(key) is bytes:
+        return key
+    if isinstance(key, bytes):
+        return bytes(key)
+    raise TypeError(f"{name} must be bytes or None, got {_describe(key)}")
+
+
+def check_value(value: Any, name: str = "value") -> bytes | None:
+    """A store value: bytes, or `None` (meaning delete)."""
+    if value is None or type(value) is bytes:
+        return value
+    if isinstance(value, bytes):
+        return bytes(value)
+    raise TypeError(f"{name} must be bytes or None, got {_describe(value)}")
+
+
+def check_time(value: Any, name: str) -> int:
+    """A timestamp in milliseconds: a non-negative int (bool and float are rejected)."""
+    if type(value) is not int:
+        if isinstance(value, bool) or value is None:
+            raise TypeError(f"{name} must be an int number of milliseconds, got {_describe(value)}")
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(
+                f"{name} must be an int number of milliseconds, got {_describe(value)}"
+            ) from None
+    if value < 0 or value > MAX_TIME:
+        raise ValueError(f"{name} must be between 0 and {MAX_TIME} milliseconds, got {value}")
+    return value
+
+
+def check_window_put(key: Any, value: Any, window_start: Any) -> tuple[bytes, bytes | None, int]:
+    """The arguments of a window store's `put`, checked (fast when they are well typed)."""
+    if type(key) is not bytes:
+        key = check_key(key)
+    if value is not None and type(value) is not bytes:
+        value = check_value(value)
+    if type(window_start) is not int or window_start < 0 or window_start > MAX_TIME:
+        window_start = check_time(window_start, "window_start")
+    return key, value, window_start
+
+
+def check_time_range(time_from: Any, time_to: Any) -> tuple[int, int]:
+    """Both bounds of an inclusive time range; `time_from > time_to` is a `ValueError`."""
+    time_from = check_time(time_from, "time_from")
+    time_to = check_time(time_to, "time_to")
+    if time_from > time_to:
+        raise ValueError(
+            f"time_from must not be greater than time_to, got time_from={time_from}, time_to={time_to}"
+        )
+    return time_from, time_to
+
+
+def to_millis(duration: Any, name: str) -> int:
+    """A duration given as int milliseconds or `datetime.timedelta`, as int milliseconds.
+
+    The sign is kept: callers decide what a negative duration means for them.
+    """
+    if isinstance(duration, datetime.timedelta):
+        return duration // datetime.timedelta(milliseconds=1)
+    if type(duration) is int:
+        return duration
+    if isinstance(duration, bool) or duration is None:
+        raise TypeError(f"{name} must be int milliseconds or a timedelta, got {_describe(duration)}")
+    try:
+        return operator.index(duration)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be int milliseconds or a timedelta, got {_describe(duration)}"
+        ) from None
+
+
+def check_name(name: Any) -> str:
+    """A store name: a non-empty str."""
+    if name is None:
+        raise TypeError("name cannot be None")
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {_describe(name)}")
+    if not name:
+        raise ValueError("name must not be empty, got ''")
+    return name
+
+
+def check_int(value: Any, name: str, minimum: int | None = None) -> int:
+    """An int parameter (not bool), optionally with a lower limit."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {_describe(value)}")
+        value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value

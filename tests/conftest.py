@@ -1,0 +1,69 @@
+"""Shared fixtures: store factories parametrized over implementations."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+import pytest
+
+from spark_statestore import Stores
+
+# Spark's Python workers must run this interpreter (it has the project installed).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+_counter = itertools.count()
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def kv_factory(request, tmp_path):
+    """Build key-value stores of one implementation; every store is closed afterwards."""
+    made = []
+
+    def make(name: str = "kv", path=None):
+        if request.param == "memory":
+            store = Stores.in_memory_key_value_store(name)
+        else:
+            store = Stores.persistent_key_value_store(
+                name, path or tmp_path / f"kv-{next(_counter)}"
+            )
+        made.append(store)
+        return store
+
+    make.kind = request.param
+    yield make
+    for store in made:
+        store.close()
+
+
+@pytest.fixture
+def kv_store(kv_factory):
+    return kv_factory()
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def window_factory(request, tmp_path):
+    """Build window stores of one implementation (RocksDB with small segments)."""
+    made = []
+
+    def make(retention=100, size=10, retain_duplicates=False, name="win", path=None, segment_interval=5):
+        if request.param == "memory":
+            store = Stores.in_memory_window_store(name, retention, size, retain_duplicates)
+        else:
+            store = Stores.persistent_window_store(
+                name,
+                path or tmp_path / f"win-{next(_counter)}",
+                retention,
+                size,
+                retain_duplicates,
+                segment_interval=segment_interval,
+            )
+        made.append(store)
+        return store
+
+    make.kind = request.param
+    yield make
+    for store in made:
+        store.close()

@@ -1,0 +1,124 @@
+"""Serdes: round trips, order preservation, tuple prefixes, typed store facades."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_statestore import Serdes, Windowed
+
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@given(st.lists(st.text(), min_size=2, max_size=20))
+def test_string_keys_preserve_order(values):
+    serde = Serdes.string()
+    assert sorted(values, key=serde.encode) == sorted(values, key=lambda s: [ord(c) for c in s])
+    for v in values:
+        if not any(0xD800 <= ord(c) <= 0xDFFF for c in v):
+            assert serde.decode(serde.encode(v)) == v
+
+
+@given(st.lists(INT64, min_size=2, max_size=20))
+def test_int64_keys_preserve_order_negatives_first(values):
+    serde = Serdes.int64_key()
+    assert sorted(values, key=serde.encode) == sorted(values)
+    assert all(serde.decode(serde.encode(v)) == v for v in values)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.text(max_size=4), INT64, st.binary(max_size=4)), min_size=2, max_size=20))
+def test_tuple_keys_preserve_component_order(values):
+    serde = Serdes.tuple(str, int, bytes)
+    values = [v for v in values if not any(0xD800 <= ord(c) <= 0xDFFF for c in v[0])]
+    natural = sorted(values, key=lambda t: ([ord(c) for c in t[0]], t[1], t[2]))
+    assert sorted(values, key=serde.encode) == natural
+    assert all(serde.decode(serde.encode(v)) == v for v in values)
+
+
+@given(st.text(max_size=4), st.text(max_size=4), INT64)
+def test_tuple_prefix_is_a_byte_prefix(a, b, n):
+    serde = Serdes.tuple(str, str, int)
+    try:
+        full = serde.encode((a, b, n))
+    except UnicodeEncodeError:
+        return
+    assert full.startswith(serde.prefix(a))
+    assert full.startswith(serde.prefix(a, b))
+
+
+def test_tuple_prefix_keeps_shorter_strings_first():
+    serde = Serdes.tuple(str, int)
+    assert serde.encode(("a", 5)) < serde.encode(("a\x00", -5)) < serde.encode(("ab", -9))
+    assert serde.encode(("", 0)) < serde.encode(("\x00", 0))
+
+
+def test_value_serdes_round_trip():
+    cases = [
+        (Serdes.bytes(), b"\x00\xff"),
+        (Serdes.string(), "héllo"),
+        (Serdes.int64(), -(2**63)),
+        (Serdes.float64(), 2.5),
+        (Serdes.json(), {"a": [1, 2, None], "b": "x"}),
+        (Serdes.pickle(), {("t", 1): {3, 4}}),
+    ]
+    for serde, value in cases:
+        assert serde.decode(serde.encode(value)) == value
+    table = pa.table({"a": [1, 2], "b": ["x", "y"]})
+    arrow = Serdes.arrow()
+    assert arrow.decode(arrow.encode(table)).equals(table)
+
+
+def test_serde_errors_name_the_value():
+    with pytest.raises(ValueError, match="must fit in a signed 64-bit integer, got 9223372036854775808"):
+        Serdes.int64().encode(2**63)
+    with pytest.raises(TypeError, match="key must be an int, got str: 'x'"):
+        Serdes.int64_key().encode("x")
+    with pytest.raises(TypeError, match="value must be a str, got int: 3"):
+        Serdes.string().encode(3)
+    with pytest.raises(TypeError, match="key must be a tuple of 2 components"):
+        Serdes.tuple(str, int).encode(("a",))
+    with pytest.raises(TypeError, match=r"key\[1\] must be an int"):
+        Serdes.tuple(str, int).encode(("a", "b"))
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        Serdes.json().encode({1, 2})
+    with pytest.raises(TypeError, match="component_types may only hold"):
+        Serdes.tuple(float)
+
+
+def test_typed_key_value_store(kv_store):
+    typed = kv_store.typed(Serdes.tuple(str, int), Serdes.json())
+    typed.put(("user", 2), {"n": 2})
+    typed.put(("user", -1), {"n": -1})
+    typed.put(("other", 0), [1])
+    typed.put(("user", 10), None)
+    assert typed.get(("user", 2)) == {"n": 2}
+    assert [k for k, _ in typed.prefix_scan(("user",))] == [("user", -1), ("user", 2)]
+    assert [k for k, _ in typed.range(("user", -5), ("user", 5))] == [("user", -1), ("user", 2)]
+    assert [k for k, _ in typed.reverse_all()] == [("user", 2), ("user", -1), ("other", 0)]
+    assert typed.put_if_absent(("user", 2), {"n": 0}) == {"n": 2}
+    assert typed.delete(("other", 0)) == [1]
+    assert typed.name == kv_store.name
+    it = typed.all()
+    assert it.peek_next_key() == ("user", -1)
+    it.close()
+
+
+def test_typed_window_store(window_factory):
+    typed = window_factory(retention=1000).typed(Serdes.string(), Serdes.int64())
+    typed.put("a", 1, 0)
+    typed.put("b", 2, 0)
+    typed.put("a", 3, 10)
+    assert typed.get("a", 10) == 3
+    assert list(typed.fetch("a", 0, 100)) == [(0, 1), (10, 3)]
+    assert list(typed.backward_fetch("a", 0, 100)) == [(10, 3), (0, 1)]
+    assert [(w.key, w.window.start, v) for w, v in typed.fetch_all(0, 100)] == [
+        ("a", 0, 1),
+        ("b", 0, 2),
+        ("a", 10, 3),
+    ]
+    first = next(typed.fetch_range("a", "b", 0, 0))
+    assert first == (Windowed("a", first[0].window), 1)
+    assert typed.observed_stream_time == 10  # passed through to the store
