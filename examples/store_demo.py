@@ -50,7 +50,10 @@ def main() -> None:
     for i, (key, ts) in enumerate(generate(args.events)):
         start = ts - ts % WINDOW_MS
         counts.put(key, (counts.get(key, start) or 0) + 1, start)
-        if i == args.events // 2:  # reopen half way: state is on disk
+        if i % 100 == 99:
+            raw.commit({"events": i + 1})  # writes become durable at commit (KIP-892)
+        if i == args.events // 2:  # reopen half way: committed state is on disk
+            raw.commit({"events": i + 1})
             raw.close()
             raw, counts = open_store()
         # windows that ended more than GRACE_MS before stream time are final
@@ -59,7 +62,9 @@ def main() -> None:
             for windowed, count in counts.fetch_all(emitted_up_to, closed_before):
                 print(f"window [{windowed.window.start:>7}, {windowed.window.end:>7}) {windowed.key}: {count}")
             emitted_up_to = closed_before + 1
-    print(f"late events dropped: {raw.metrics.dropped_records_total}; state in {state_dir}")
+    raw.commit({"events": args.events})
+    print(f"late events dropped: {raw.metrics.dropped_records_total}; committed events: "
+          f"{raw.committed_offset('events')}; state in {state_dir}")
     raw.close()
 
 

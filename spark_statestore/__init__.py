@@ -20,11 +20,13 @@ from spark_statestore.stores import (
     Windowed,
     WindowStore,
 )
+from spark_statestore.txn import IsolationLevel, TransactionalDatabase
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CorruptStateError",
+    "IsolationLevel",
     "KeyValueStore",
     "MissingStateError",
     "Serdes",
@@ -33,6 +35,7 @@ __all__ = [
     "StoreIterator",
     "StoreLockedError",
     "Stores",
+    "TransactionalDatabase",
     "Window",
     "WindowStore",
     "Windowed",

@@ -2,6 +2,9 @@
 
 This module sits above the layers it composes (stores, transactions, caching), so the
 layers themselves stay independent of each other.
+
+Persistent stores are transactional (KIP-892): writes become durable at `commit()`;
+`close()` discards what was not committed.
 """
 
 from __future__ import annotations
@@ -10,11 +13,10 @@ import os
 from typing import Any
 
 from spark_statestore.stores.api import KeyValueStore, WindowStore
-from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
-from spark_statestore.stores.kv_store import InMemoryKeyValueStore, RocksDBKeyValueStore
+from spark_statestore.stores.kv_store import InMemoryKeyValueStore
 from spark_statestore.stores.memory_window import InMemoryWindowStore
-from spark_statestore.stores.persistent_window import RocksDBWindowStore
-from spark_statestore.stores.rocksdb import RocksDatabase, check_store_name
+from spark_statestore.stores.rocksdb import check_store_name
+from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
 from spark_statestore.validation import check_int, check_name, to_millis
 
 
@@ -44,6 +46,13 @@ def window_store_parameters(
     return name, retention, size, retain_duplicates
 
 
+def window_segment_interval(segment_interval: Any) -> int | None:
+    """A positive segment interval in milliseconds, or None for the default."""
+    if segment_interval is None:
+        return None
+    return check_int(to_millis(segment_interval, "segment_interval"), "segment_interval", 1)
+
+
 def _check_path(path: Any) -> str:
     if path is None:
         raise TypeError("path cannot be None")
@@ -61,16 +70,35 @@ class Stores:
         return InMemoryKeyValueStore(check_name(name))
 
     @staticmethod
-    def persistent_key_value_store(name: str, path: str | os.PathLike[str]) -> KeyValueStore:
-        """A RocksDB key-value store in its own database directory `path`."""
+    def persistent_key_value_store(
+        name: str,
+        path: str | os.PathLike[str],
+        *,
+        wal: bool = True,
+        uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
+    ) -> KeyValueStore:
+        """A transactional RocksDB key-value store in its own database directory `path`."""
         name = check_store_name(check_name(name))
-        db = RocksDatabase(_check_path(path))
+        db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            db.register_store(name, {"kind": "key_value"})
-            return RocksDBKeyValueStore(name, ColumnFamilyKeySpace(db, name), on_close=db.close)
+            return db.key_value_store(name, on_close=db.close)
         except BaseException:
             db.close()
             raise
+
+    @staticmethod
+    def persistent_database(
+        path: str | os.PathLike[str],
+        *,
+        wal: bool = True,
+        uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
+        lock_timeout: float = 0.0,
+    ) -> TransactionalDatabase:
+        """A RocksDB directory for several stores that commit together
+        (`db.key_value_store(name)`, `db.window_store(...)`, `db.commit(offsets)`)."""
+        return TransactionalDatabase(
+            _check_path(path), wal=wal, uncommitted_max_bytes=uncommitted_max_bytes, lock_timeout=lock_timeout
+        )
 
     @staticmethod
     def in_memory_window_store(
@@ -90,21 +118,19 @@ class Stores:
         window_size: Any,
         retain_duplicates: bool = False,
         segment_interval: Any = None,
+        *,
+        wal: bool = True,
+        uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
     ) -> WindowStore:
-        """A RocksDB window store in its own database directory `path`."""
+        """A transactional RocksDB window store in its own database directory `path`."""
         name, retention, size, dups = window_store_parameters(
             name, retention_period, window_size, retain_duplicates
         )
         check_store_name(name)
-        interval = None
-        if segment_interval is not None:
-            interval = check_int(to_millis(segment_interval, "segment_interval"), "segment_interval", 1)
-        db = RocksDatabase(_check_path(path))
+        interval = window_segment_interval(segment_interval)
+        db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            db.register_store(name, {"kind": "window", "retain_duplicates": dups, "window_size": size})
-            return RocksDBWindowStore(
-                name, ColumnFamilyKeySpace(db, name), retention, size, dups, interval, on_close=db.close
-            )
+            return db.window_store(name, retention, size, dups, interval, on_close=db.close)
         except BaseException:
             db.close()
             raise

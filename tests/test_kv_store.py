@@ -193,12 +193,14 @@ def test_in_memory_iterators_are_live(tmp_path):
     assert list(it) == [(b"d", b"new"), (b"e", b"2")]
 
 
-def test_persistent_store_survives_reopen(tmp_path):
+def test_persistent_store_keeps_committed_data_across_reopen(tmp_path):
     path = tmp_path / "db"
     store = Stores.persistent_key_value_store("kv", path)
     store.put(b"a", b"1")
     store.put(b"b", b"2")
     store.delete(b"b")
+    store.commit()
+    store.put(b"c", b"uncommitted")
     store.close()
     again = Stores.persistent_key_value_store("kv", path)
     assert list(again.all()) == [(b"a", b"1")]

@@ -340,6 +340,7 @@ def test_persistent_window_store_reopens_with_data_stream_time_and_sequence(tmp_
     store = Stores.persistent_window_store("w", path, 1000, 10, True)
     store.put(b"k", b"a", 100)
     store.put(b"k", b"b", 100)
+    store.commit()
     store.close()
     store = Stores.persistent_window_store("w", path, 1000, 10, True)
     assert store.observed_stream_time == 100
@@ -354,7 +355,8 @@ def test_persistent_expiry_drops_whole_segments(tmp_path):
     store = Stores.persistent_window_store("w", tmp_path / "w", 100, 10, segment_interval=50)
     for t in range(0, 1000, 5):
         store.put(b"k%d" % (t % 3), b"v", t)
-    raw = [k for k, _ in store.keyspace.scan(None, b"\x80")]
+    store.commit()
+    raw = [k for k, _ in store.keyspace.committed.scan(None, b"\x80")]
     starts = sorted({int.from_bytes(k[:8], "big") for k in raw})
     # live from 896 on; whole 50 ms segments below the live range are gone
     assert starts[0] == 850

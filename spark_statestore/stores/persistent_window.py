@@ -65,11 +65,18 @@ class RocksDBWindowStore(WindowStore):
         super().__init__(name, retention_period, window_size, retain_duplicates, on_close)
         self._ks = keyspace
         self.segment_interval = segment_interval or default_segment_interval(retention_period)
-        raw = keyspace.get(_STREAM_TIME_KEY)
-        self._stream_time = -1 if raw is None else int.from_bytes(raw, "big", signed=True)
+        self.reload()
+
+    def reload(self) -> None:
+        """Re-read the stream time and sequence from the keyspace (after a rollback)."""
+        self._stream_time = self._persisted_stream_time()
         self._expired_below = 0
-        raw = keyspace.get(_SEQUENCE_KEY)
+        raw = self._ks.get(_SEQUENCE_KEY)
         self._sequence = self._sequence_limit = 0 if raw is None else int.from_bytes(raw, "big")
+
+    def _persisted_stream_time(self) -> int:
+        raw = self._ks.get(_STREAM_TIME_KEY)
+        return -1 if raw is None else int.from_bytes(raw, "big", signed=True)
 
     @property
     def keyspace(self) -> KeySpace:
@@ -136,7 +143,7 @@ class RocksDBWindowStore(WindowStore):
             key = check_key(key)
         if type(window_start) is not int or window_start < 0 or window_start > MAX_TIME:
             window_start = check_time(window_start, "window_start")
-        if window_start <= self._stream_time - self.retention_period:
+        if window_start <= self.observed_stream_time - self.retention_period:
             return None
         if not self.retain_duplicates:
             return self._ks.get(_ws(window_start) + key)

@@ -1,0 +1,340 @@
+"""`TransactionalDatabase`: stores in one RocksDB directory sharing one transaction.
+
+Every store is a column family; offsets and the commit marker live in the metadata
+column family. `commit(offsets)` makes every write since the last commit durable together
+with the offsets, or none of them (KIP-892):
+
+* a transaction that stayed in memory is one `WriteBatch` over all column families;
+* a transaction that spilled (outgrew `uncommitted_max_bytes`) finishes spilling, then
+  writes a *commit marker* (its offsets and range deletions) - the commit point - and
+  applies the staged changes in bounded batches; the marker is deleted in the last batch.
+  Opening a database with a marker applies the staged changes again (idempotent), so a
+  crash anywhere in between ends at the new version, and a crash before the marker at the
+  old one.
+
+With `wal=True` (the default) a commit that returned survives a process kill. With
+`wal=False` a kill may lose recent commits, but atomic flush of all column families keeps
+data, offsets and marker at one point, so the database reopens at some committed version.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+import weakref
+from itertools import chain
+from typing import Any, Iterator, Mapping
+
+from spark_statestore import faults
+from spark_statestore.errors import StateStoreError, StoreClosedError
+from spark_statestore.stores.api import prefix_end
+from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
+from spark_statestore.stores.kv_store import RocksDBKeyValueStore
+from spark_statestore.stores.persistent_window import RocksDBWindowStore
+from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase, check_store_name
+from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES, apply_changes
+from spark_statestore.txn.isolation import IsolationLevel
+from spark_statestore.txn.keyspace import STAGING_PREFIX, TransactionalKeySpace, _decode_staged
+from spark_statestore.txn.metrics import TransactionMetrics
+from spark_statestore.txn.views import (
+    KEY_VALUE_READS,
+    WINDOW_READS,
+    FollowingWindowStore,
+    LockedKeySpace,
+    ReadOnlyView,
+)
+from spark_statestore.validation import check_int
+
+DEFAULT_UNCOMMITTED_MAX_BYTES = 64 << 20
+_MARKER_KEY = b"txn:commit-marker"
+_OFFSET_PREFIX = b"offset:"
+
+
+def _offset_key(name: str) -> bytes:
+    return _OFFSET_PREFIX + name.encode("utf-8")
+
+
+def check_offsets(offsets: Any) -> dict[str, int]:
+    """`offsets` as a dict of str to int (`None` = no offsets)."""
+    if offsets is None:
+        return {}
+    if not isinstance(offsets, Mapping):
+        raise TypeError(f"offsets must be a mapping of str to int, got {type(offsets).__name__}: {offsets!r}")
+    out = {}
+    for name, value in offsets.items():
+        if not isinstance(name, str):
+            raise TypeError(f"offsets keys must be str, got {type(name).__name__}: {name!r}")
+        if type(value) is not int or not -(2**63) <= value < 2**63:
+            raise TypeError(f"offsets[{name!r}] must be a 64-bit int, got {type(value).__name__}: {value!r}")
+        out[name] = value
+    return out
+
+
+class TransactionalDatabase:
+    """Stores in one RocksDB directory, committed together (see module docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        wal: bool = True,
+        uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
+        lock_timeout: float = 0.0,
+        write_buffer_bytes: int = 32 << 20,
+        commit_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    ) -> None:
+        limit = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
+        self.uncommitted_max_bytes = limit
+        self.memory_limit: float = math.inf if limit < 0 else limit
+        self.commit_chunk_bytes = check_int(commit_chunk_bytes, "commit_chunk_bytes", 1)
+        self.db = RocksDatabase(
+            path, wal=wal, lock_timeout=lock_timeout, write_buffer_bytes=write_buffer_bytes
+        )
+        self.path = self.db.path
+        self.memory_bytes = 0
+        self.metrics = TransactionMetrics()
+        self._lock = threading.RLock()
+        self._keyspaces: dict[str, TransactionalKeySpace] = {}
+        self._stores: dict[str, Any] = {}
+        self._views: weakref.WeakSet[ReadOnlyView] = weakref.WeakSet()
+        self._meta = self.db.column_family(META_COLUMN_FAMILY)
+        try:
+            self._recover()
+        except BaseException:
+            self.db.close()
+            raise
+
+    # -- stores -------------------------------------------------------------------------
+
+    def _new_keyspace(self, name: str, spec: dict) -> TransactionalKeySpace:
+        self._check_open()
+        check_store_name(name)
+        if name in self._stores:
+            raise ValueError(f"store {name!r} is already open in {self.path}")
+        self.db.register_store(name, spec)
+        keyspace = self._keyspaces.get(name)
+        if keyspace is None:
+            keyspace = self._keyspaces[name] = TransactionalKeySpace(self, name)
+        return keyspace
+
+    def key_value_store(self, name: str, on_close: Any = None) -> Any:
+        """The transactional key-value store `name` of this database."""
+        from spark_statestore.txn.stores import TransactionalKeyValueStore
+
+        keyspace = self._new_keyspace(name, {"kind": "key_value"})
+        store = TransactionalKeyValueStore(name, keyspace, self, on_close)
+        self._stores[name] = store
+        return store
+
+    def window_store(
+        self,
+        name: str,
+        retention_period: int,
+        window_size: int,
+        retain_duplicates: bool = False,
+        segment_interval: int | None = None,
+        on_close: Any = None,
+    ) -> Any:
+        """The transactional window store `name` of this database (parameters validated by
+        `Stores.persistent_window_store`)."""
+        from spark_statestore.txn.stores import TransactionalWindowStore
+
+        spec = {"kind": "window", "retain_duplicates": retain_duplicates, "window_size": window_size}
+        keyspace = self._new_keyspace(name, spec)
+        store = TransactionalWindowStore(
+            name, keyspace, self, retention_period, window_size, retain_duplicates, segment_interval, on_close
+        )
+        self._stores[name] = store
+        return store
+
+    def store(self, name: str) -> Any:
+        return self._stores[name]
+
+    @property
+    def stores(self) -> dict[str, Any]:
+        return dict(self._stores)
+
+    def keyspace(self, name: str) -> TransactionalKeySpace:
+        return self._keyspaces[name]
+
+    # -- transactions -------------------------------------------------------------------
+
+    def approximate_num_uncommitted_bytes(self) -> int:
+        """Bytes written since the last commit (in memory and spilled)."""
+        return sum(ks.uncommitted_bytes for ks in self._keyspaces.values())
+
+    def spill(self) -> None:
+        """Move every store's in-memory buffer to its staging column family."""
+        with self._lock:
+            spilled = False
+            for keyspace in self._keyspaces.values():
+                if keyspace.pending.data:
+                    keyspace.spill()
+                    spilled = True
+            if spilled:
+                self.metrics.spills += 1
+
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None:
+        """Persist every write since the last commit together with `offsets`, atomically."""
+        self._check_open()
+        offsets = check_offsets(offsets)
+        started = time.perf_counter()
+        with self._lock:
+            final: dict[bytes, bytes | None] = {
+                _offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in offsets.items()
+            }
+            if any(ks.staging is not None for ks in self._keyspaces.values()):
+                self._commit_staged(final)
+            else:
+                faults.point("commit:before-write")
+                apply_changes(self.db, self._ranges(), self._pending_entries(), final)
+                faults.point("commit:after-write")
+            for keyspace in self._keyspaces.values():
+                keyspace.reset()
+        self.metrics.record_commit(time.perf_counter() - started)
+
+    def _ranges(self) -> dict[str, list[tuple[bytes, bytes]]]:
+        return {name: ks.ranges for name, ks in self._keyspaces.items() if ks.ranges}
+
+    def _pending_entries(self) -> Iterator[tuple[str, bytes, bytes | None]]:
+        for name, keyspace in self._keyspaces.items():
+            for key, value in keyspace.pending.data.items():
+                yield name, key, value
+
+    def _commit_staged(self, final: dict[bytes, bytes | None]) -> None:
+        self.spill()
+        faults.point("commit:after-spill")
+        marker = {
+            "offsets": {k.hex(): v.hex() for k, v in final.items() if v is not None},
+            "ranges": {n: [[lo.hex(), hi.hex()] for lo, hi in r] for n, r in self._ranges().items()},
+            "staged": [n for n, ks in self._keyspaces.items() if ks.staging is not None],
+        }
+        self._meta.put(_MARKER_KEY, json.dumps(marker).encode("utf-8"))
+        faults.point("commit:after-marker")
+        try:
+            self._apply_marker(marker)
+        except BaseException as error:
+            self.close()
+            raise StateStoreError(
+                f"the commit of {self.path} was interrupted after its commit point ({error!r}); "
+                f"reopen the database to complete it"
+            ) from error
+
+    def _apply_marker(self, marker: dict) -> None:
+        """Apply a committed, staged transaction (again, if a crash interrupted it)."""
+        ranges = {
+            name: [(bytes.fromhex(lo), bytes.fromhex(hi)) for lo, hi in spans]
+            for name, spans in marker["ranges"].items()
+        }
+        entries = chain.from_iterable(
+            ((name, key, value) for key, value in _decode_staged(
+                ColumnFamilyKeySpace(self.db, STAGING_PREFIX + name).scan(None, None)
+            ))
+            for name in marker["staged"]
+        )
+        final: dict[bytes, bytes | None] = {
+            bytes.fromhex(k): bytes.fromhex(v) for k, v in marker["offsets"].items()
+        }
+        final[_MARKER_KEY] = None
+        apply_changes(self.db, ranges, entries, final, self.commit_chunk_bytes)
+        faults.point("commit:after-apply")
+
+    def rollback(self) -> None:
+        """Discard every write since the last commit."""
+        self._check_open()
+        with self._lock:
+            for keyspace in self._keyspaces.values():
+                keyspace.reset()
+            for store in self._stores.values():
+                reload = getattr(store, "reload", None)
+                if reload is not None:
+                    reload()
+            self.metrics.rollbacks += 1
+
+    def committed_offset(self, name: str) -> int | None:
+        """The offset committed last under `name` (None if never)."""
+        self._check_open()
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
+        raw = self._meta.get(_offset_key(name))
+        return None if raw is None else int.from_bytes(raw, "big", signed=True)
+
+    def committed_offsets(self) -> dict[str, int]:
+        self._check_open()
+        prefix = _OFFSET_PREFIX
+        out = {}
+        for key, raw in self.db.scan(self._meta, prefix, prefix_end(prefix), False):
+            out[key[len(prefix) :].decode("utf-8")] = int.from_bytes(raw, "big", signed=True)
+        return out
+
+    def _recover(self) -> None:
+        """Finish a commit a crash interrupted; drop leftover staging column families."""
+        raw = self._meta.get(_MARKER_KEY)
+        if raw is not None:
+            self._apply_marker(json.loads(raw))
+        for name in self.db.column_family_names():
+            if name.startswith(STAGING_PREFIX):
+                self.db.drop_column_family(name)
+
+    # -- views --------------------------------------------------------------------------
+
+    def view(self, store: Any, isolation: Any = IsolationLevel.READ_COMMITTED) -> ReadOnlyView:
+        """A read-only view of one of this database's stores."""
+        self._check_open()
+        isolation = IsolationLevel.parse(isolation)
+        keyspace: Any = store.keyspace
+        if isolation is IsolationLevel.READ_COMMITTED:
+            keyspace = LockedKeySpace(keyspace.committed, self._lock)
+        if isinstance(store, RocksDBWindowStore):
+            inner: Any = FollowingWindowStore(
+                store.name,
+                keyspace,
+                store.retention_period,
+                store.window_size,
+                store.retain_duplicates,
+                store.segment_interval,
+            )
+            allowed = WINDOW_READS
+        else:
+            inner = RocksDBKeyValueStore(store.name, keyspace)
+            allowed = KEY_VALUE_READS
+        view = ReadOnlyView(inner, isolation, allowed)
+        self._views.add(view)
+        return view
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self.db.is_open
+
+    def _check_open(self) -> None:
+        if not self.db.is_open:
+            raise StoreClosedError(f"transactional database at {self.path} is closed")
+
+    def flush(self) -> None:
+        self._check_open()
+        self.db.flush()
+
+    def close(self) -> None:
+        """Close every store and view, discard uncommitted writes, release the directory."""
+        if not self.db.is_open:
+            return
+        for view in list(self._views):
+            view.close()
+        for store in list(self._stores.values()):
+            store.close()
+        self.db.close()
+
+    def __enter__(self) -> "TransactionalDatabase":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "open" if self.db.is_open else "closed"
+        return f"<TransactionalDatabase {self.path} stores={list(self._stores)} {state}>"

@@ -1,0 +1,283 @@
+"""A keyspace whose writes wait in a transaction buffer until commit.
+
+rocksdict has no WriteBatchWithIndex, so the buffer is ours: a `SortedMap` of pending
+puts and tombstones (`None`), a list of pending range deletions, and, once the
+transaction outgrows its memory limit, a *staging* column family the buffer spills to.
+Reads see the buffer first, then the staging area, then committed data, so the writer
+always reads its own writes; range and prefix reads merge the three in key order, with
+tombstones and pending range deletions hiding committed keys.
+
+Byte accounting follows KIP-892: a pending put costs key + value bytes, a tombstone its
+key bytes; overwriting a pending key replaces its cost instead of adding to it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+import rocksdict
+
+from spark_statestore import faults
+from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
+from spark_statestore.stores.sorted_map import SortedMap
+
+if TYPE_CHECKING:
+    from spark_statestore.txn.database import TransactionalDatabase
+
+STAGING_PREFIX = "__staging__"
+_MISSING = object()
+_PUT = b"\x01"
+_TOMBSTONE = b"\x00"
+_SPILL_BATCH_BYTES = 4 << 20
+
+Entry = tuple[bytes, "bytes | None"]
+
+
+def _merge(primary: Iterator[Entry], secondary: Iterator[Entry], reverse: bool) -> Iterator[Entry]:
+    """Merge two key-ordered streams; on equal keys the primary entry wins."""
+    p = next(primary, None)
+    s = next(secondary, None)
+    while p is not None and s is not None:
+        pk = p[0]
+        sk = s[0]
+        if pk == sk:
+            yield p
+            p = next(primary, None)
+            s = next(secondary, None)
+        elif (pk < sk) != reverse:
+            yield p
+            p = next(primary, None)
+        else:
+            yield s
+            s = next(secondary, None)
+    if p is not None:
+        yield p
+        yield from primary
+    elif s is not None:
+        yield s
+        yield from secondary
+
+
+def _decode_staged(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[Entry]:
+    for key, raw in entries:
+        yield key, (raw[1:] if raw[0] == 1 else None)
+
+
+class TransactionalKeySpace:
+    """One store's keyspace inside a `TransactionalDatabase` transaction."""
+
+    def __init__(self, txn: "TransactionalDatabase", name: str) -> None:
+        self._txn = txn
+        self.name = name
+        self.committed = ColumnFamilyKeySpace(txn.db, name)
+        self.staging_name = STAGING_PREFIX + name
+        self.staging: ColumnFamilyKeySpace | None = None  # set while the buffer has spilled
+        self.pending = SortedMap()
+        self.ranges: list[tuple[bytes, bytes]] = []  # pending range deletions, sorted, disjoint
+        self.memory_bytes = 0
+        self.spilled_bytes = 0
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _account(self, delta: int) -> None:
+        self.memory_bytes += delta
+        txn = self._txn
+        txn.memory_bytes += delta
+        if txn.memory_bytes > txn.memory_limit:
+            txn.spill()
+
+    def put(self, key: bytes, value: bytes) -> None:
+        pending = self.pending
+        old = pending.data.get(key, _MISSING)
+        if old is _MISSING:
+            delta = len(key) + len(value)
+        elif old is None:
+            delta = len(value)
+        else:
+            delta = len(value) - len(old)
+        pending.set(key, value)
+        self._account(delta)
+
+    def delete(self, key: bytes) -> None:
+        pending = self.pending
+        old = pending.data.get(key, _MISSING)
+        if old is None:
+            return
+        pending.set(key, None)
+        self._account(len(key) if old is _MISSING else -len(old))
+
+    def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        for key, value in pairs:
+            if value is None:
+                self.delete(key)
+            else:
+                self.put(key, value)
+
+    def delete_range(self, lo: bytes, hi: bytes) -> None:
+        """Delete every key in [lo, hi): pending ones now, committed ones at commit."""
+        if lo >= hi:
+            return
+        pending = self.pending
+        freed = 0
+        for key in list(pending.iter_keys(lo, hi, True, False)):
+            value = pending.pop(key)
+            freed += len(key) + (0 if value is None else len(value))
+        if self.staging is not None:
+            self.staging.delete_range(lo, hi)
+        self.ranges = _add_range(self.ranges, lo, hi)
+        self._account(len(lo) + len(hi) - freed)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self.pending.data.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        if self.staging is not None:
+            raw = self.staging.get(key)
+            if raw is not None:
+                return raw[1:] if raw[0] == 1 else None
+        if self.ranges and _covered(self.ranges, key):
+            return None
+        return self.committed.get(key)
+
+    def _quiet(self, lo: bytes | None, hi: bytes | None) -> bool:
+        """True when committed data alone answers reads of [lo, hi)."""
+        if self.ranges or self.staging is not None:
+            return False
+        if not self.pending.data:
+            return True
+        return next(self.pending.iter_keys(lo, hi, True, False), _MISSING) is _MISSING
+
+    def scan(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        if self._quiet(lo, hi):
+            return self.committed.scan(lo, hi, reverse)
+        return self._merged_scan(lo, hi, reverse)
+
+    def _merged_scan(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        committed = self._committed_outside_ranges(lo, hi, reverse)
+        lower: Iterator[Entry] = committed  # type: ignore[assignment]
+        if self.staging is not None:
+            staged = _decode_staged(self.staging.scan(lo, hi, reverse))
+            lower = _merge(staged, lower, reverse)
+        for key, value in _merge(self.pending.iter_items(lo, hi, True, False, reverse), lower, reverse):
+            if value is not None:
+                yield key, value
+
+    def _committed_outside_ranges(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        ranges = self.ranges
+        if not ranges:
+            yield from self.committed.scan(lo, hi, reverse)
+            return
+        # skip a pending range deletion that covers an end of the scan without reading it
+        for a, b in ranges:
+            if not reverse and a <= (lo or b"") < b:
+                lo = b
+            if reverse and hi is not None and a < hi <= b:
+                hi = a
+        if lo is not None and hi is not None and lo >= hi:
+            return
+        for item in self.committed.scan(lo, hi, reverse):
+            if not _covered(ranges, item[0]):
+                yield item
+
+    def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
+        if self._quiet(lo, hi):
+            return self.committed.first(lo, hi)
+        return next(self._merged_scan(lo, hi, False), None)
+
+    def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
+        if self._quiet(lo, hi):
+            return self.committed.last(lo, hi)
+        return next(self._merged_scan(lo, hi, True), None)
+
+    def approximate_num_entries(self) -> int:
+        return self.committed.approximate_num_entries() + len(self.pending)
+
+    def flush(self) -> None:
+        """Flush committed data to SST files; pending writes stay in the transaction."""
+        self._txn.db.flush()
+
+    # -- transaction plumbing -----------------------------------------------------------
+
+    @property
+    def uncommitted_bytes(self) -> int:
+        return self.memory_bytes + self.spilled_bytes
+
+    def spill(self) -> None:
+        """Move the in-memory buffer to the staging column family (chunked batches)."""
+        if not self.pending.data:
+            return
+        db = self._txn.db
+        if self.staging is None:
+            self.staging = ColumnFamilyKeySpace(db, self.staging_name)
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        size = 0
+        handle = db.handle(self.staging_name)
+        for key, value in self.pending.data.items():
+            if value is None:
+                batch.put(key, _TOMBSTONE, handle)
+                size += len(key)
+            else:
+                batch.put(key, _PUT + value, handle)
+                size += len(key) + len(value)
+            if size >= _SPILL_BATCH_BYTES:
+                db.write(batch)
+                batch = rocksdict.WriteBatch(raw_mode=True)
+                size = 0
+        del handle
+        faults.point("spill:before-last-write")
+        db.write(batch)
+        faults.point("spill:after-write")
+        self.spilled_bytes += self.memory_bytes
+        self._txn.memory_bytes -= self.memory_bytes
+        self.memory_bytes = 0
+        self.pending.clear()
+
+    def changes(self) -> Iterator[Entry]:
+        """The transaction's final writes in key order (`None` = delete); the pending
+        range deletions (`ranges`) apply before them."""
+        pending = self.pending.iter_items()
+        if self.staging is None:
+            return pending
+        return _merge(pending, _decode_staged(self.staging.scan(None, None)), False)
+
+    def reset(self) -> None:
+        """Forget the transaction (after commit or rollback)."""
+        self.pending.clear()
+        self.ranges = []
+        self._txn.memory_bytes -= self.memory_bytes
+        self.memory_bytes = 0
+        self.spilled_bytes = 0
+        if self.staging is not None:
+            self.staging = None
+            self._txn.db.drop_column_family(self.staging_name)
+
+
+def _covered(ranges: list[tuple[bytes, bytes]], key: bytes) -> bool:
+    for lo, hi in ranges:
+        if key < lo:
+            return False
+        if key < hi:
+            return True
+    return False
+
+
+def _add_range(ranges: list[tuple[bytes, bytes]], lo: bytes, hi: bytes) -> list[tuple[bytes, bytes]]:
+    """Insert [lo, hi) into sorted disjoint ranges, merging overlaps."""
+    out = []
+    for a, b in ranges:
+        if b < lo or a > hi:
+            out.append((a, b))
+        else:
+            lo = min(lo, a)
+            hi = max(hi, b)
+    out.append((lo, hi))
+    out.sort()
+    return out

@@ -1,0 +1,97 @@
+"""The KIP-892 surface of persistent stores: `commit`, `committed_offset`, `rollback`,
+`approximate_num_uncommitted_bytes`, `read_only`. A store's transaction is its
+database's: stores opened in one `TransactionalDatabase` commit together."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from spark_statestore.stores.kv_store import RocksDBKeyValueStore
+from spark_statestore.stores.persistent_window import RocksDBWindowStore
+from spark_statestore.txn.isolation import IsolationLevel
+from spark_statestore.txn.keyspace import TransactionalKeySpace
+from spark_statestore.txn.metrics import TransactionMetrics
+
+if TYPE_CHECKING:
+    from spark_statestore.txn.database import TransactionalDatabase
+    from spark_statestore.txn.views import ReadOnlyView
+
+
+class TransactionalStore:
+    """Mixin for stores whose keyspace is a `TransactionalKeySpace`."""
+
+    _database: "TransactionalDatabase"
+    _ks: TransactionalKeySpace
+    _open: bool
+
+    def _require_open(self) -> None:
+        if not self._open:
+            raise self._closed()  # type: ignore[attr-defined]
+
+    @property
+    def database(self) -> "TransactionalDatabase":
+        return self._database
+
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None:
+        """Atomically persist every write since the last commit together with `offsets`."""
+        self._require_open()
+        self._database.commit(offsets)
+
+    def committed_offset(self, name: str) -> int | None:
+        """The offset committed last under `name`, or None."""
+        self._require_open()
+        return self._database.committed_offset(name)
+
+    def rollback(self) -> None:
+        """Discard every write since the last commit."""
+        self._require_open()
+        self._database.rollback()
+
+    def approximate_num_uncommitted_bytes(self) -> int:
+        """Key and value bytes written to this store since the last commit (0 after commit
+        or rollback); overwrites of a pending key replace its cost."""
+        self._require_open()
+        return self._ks.uncommitted_bytes
+
+    def read_only(self, isolation: Any = IsolationLevel.READ_COMMITTED) -> "ReadOnlyView":
+        """A read-only view with the same read methods, at the given isolation level."""
+        self._require_open()
+        return self._database.view(self, isolation)
+
+    @property
+    def transaction_metrics(self) -> TransactionMetrics:
+        return self._database.metrics
+
+
+class TransactionalKeyValueStore(TransactionalStore, RocksDBKeyValueStore):
+    """A RocksDB key-value store with KIP-892 transactions."""
+
+    def __init__(
+        self,
+        name: str,
+        keyspace: TransactionalKeySpace,
+        database: "TransactionalDatabase",
+        on_close: Callable[[], Any] | None = None,
+    ) -> None:
+        super().__init__(name, keyspace, on_close)
+        self._database = database
+
+
+class TransactionalWindowStore(TransactionalStore, RocksDBWindowStore):
+    """A RocksDB window store with KIP-892 transactions."""
+
+    def __init__(
+        self,
+        name: str,
+        keyspace: TransactionalKeySpace,
+        database: "TransactionalDatabase",
+        retention_period: int,
+        window_size: int,
+        retain_duplicates: bool = False,
+        segment_interval: int | None = None,
+        on_close: Callable[[], Any] | None = None,
+    ) -> None:
+        super().__init__(
+            name, keyspace, retention_period, window_size, retain_duplicates, segment_interval, on_close
+        )
+        self._database = database

@@ -1,0 +1,132 @@
+"""Read-only views of transactional stores at an isolation level.
+
+A view is a second store object over a different keyspace, behind a facade that offers
+only the read methods: READ_UNCOMMITTED views read the writer's transactional keyspace
+(pending writes included); READ_COMMITTED views read the committed column family, under
+the database's commit lock so that a commit applied in several batches is never seen
+half done.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Iterator
+
+from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
+from spark_statestore.stores.persistent_window import RocksDBWindowStore
+from spark_statestore.txn.isolation import IsolationLevel
+
+KEY_VALUE_READS = frozenset(
+    {
+        "get",
+        "range",
+        "reverse_range",
+        "all",
+        "reverse_all",
+        "prefix_scan",
+        "approximate_num_entries",
+        "name",
+        "persistent",
+        "is_open",
+    }
+)
+WINDOW_READS = frozenset(
+    {
+        "get",
+        "fetch",
+        "backward_fetch",
+        "fetch_range",
+        "backward_fetch_range",
+        "fetch_all",
+        "backward_fetch_all",
+        "all",
+        "backward_all",
+        "observed_stream_time",
+        "retention_period",
+        "window_size",
+        "retain_duplicates",
+        "name",
+        "persistent",
+        "is_open",
+    }
+)
+
+
+class LockedKeySpace:
+    """Committed data of a column family, read under the database's commit lock."""
+
+    def __init__(self, inner: ColumnFamilyKeySpace, lock: threading.RLock) -> None:
+        self._inner = inner
+        self._lock = lock
+
+    def get(self, key: bytes) -> bytes | None:
+        with self._lock:
+            return self._inner.get(key)
+
+    def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
+        with self._lock:
+            return self._inner.first(lo, hi)
+
+    def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
+        with self._lock:
+            return self._inner.last(lo, hi)
+
+    def scan(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        with self._lock:
+            entries = self._inner.scan(lo, hi, reverse)
+            head = next(entries, None)  # the RocksDB iterator is created here, under the lock
+        if head is None:
+            return iter(())
+        return itertools.chain((head,), entries)
+
+    def approximate_num_entries(self) -> int:
+        return self._inner.approximate_num_entries()
+
+
+class FollowingWindowStore(RocksDBWindowStore):
+    """A window store that reads the stream time from its keyspace on every use, so a
+    view follows the writer's (or the committed) stream time."""
+
+    @property
+    def observed_stream_time(self) -> int:
+        return self._persisted_stream_time()
+
+
+class ReadOnlyView:
+    """The read methods of a store; everything that writes is absent."""
+
+    def __init__(self, store: Any, isolation: IsolationLevel, allowed: frozenset[str]) -> None:
+        self._store = store
+        self.isolation = isolation
+        self._allowed = allowed
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._allowed:
+            return getattr(self._store, name)
+        raise AttributeError(
+            f"read-only view ({self.isolation.name}) of store {self._store.name!r} has no "
+            f"attribute {name!r}: views cannot write"
+        )
+
+    def typed(self, key_serde: Any, value_serde: Any) -> Any:
+        """A typed facade over the view (still read-only)."""
+        from spark_statestore.stores.typed import TypedKeyValueStore, TypedWindowStore
+
+        typed = TypedWindowStore if self._allowed is WINDOW_READS else TypedKeyValueStore
+        return typed(self, key_serde, value_serde)
+
+    def close(self) -> None:
+        """End the view's open iterators; the store itself stays open."""
+        self._store.close()
+
+    def __enter__(self) -> "ReadOnlyView":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<read-only {self.isolation.name} view of {self._store!r}>"

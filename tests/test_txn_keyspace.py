@@ -1,0 +1,93 @@
+"""The transactional keyspace against a dict model: puts, deletes, range deletions, reads
+of every kind, spills, commits and rollbacks."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from spark_statestore.txn import TransactionalDatabase
+
+KEYS = [b"", b"a", b"a\x00", b"ab", b"b", b"ba", b"c", b"\xff"]
+
+
+def _between(model: dict, lo, hi, reverse=False):
+    items = sorted((k, v) for k, v in model.items() if (lo is None or k >= lo) and (hi is None or k < hi))
+    return items[::-1] if reverse else items
+
+
+@pytest.mark.parametrize("limit", [-1, 0, 30])
+@pytest.mark.parametrize("seed", range(4))
+def test_keyspace_random_walk(tmp_path, limit, seed):
+    rng = random.Random(seed)
+    db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=limit)
+    db.key_value_store("s")
+    ks = db.keyspace("s")
+    model: dict[bytes, bytes] = {}
+    committed: dict[bytes, bytes] = {}
+    bound = lambda: rng.choice([None] + KEYS)  # noqa: E731
+    for _ in range(1500):
+        op = rng.random()
+        if op < 0.35:
+            key, value = rng.choice(KEYS), bytes([rng.randrange(256)]) * rng.randint(1, 3)
+            ks.put(key, value)
+            model[key] = value
+        elif op < 0.45:
+            key = rng.choice(KEYS)
+            ks.delete(key)
+            model.pop(key, None)
+        elif op < 0.5:
+            lo, hi = sorted(rng.sample(KEYS, 2))
+            ks.delete_range(lo, hi)
+            for key in [k for k in model if lo <= k < hi]:
+                del model[key]
+        elif op < 0.65:
+            key = rng.choice(KEYS)
+            assert ks.get(key) == model.get(key)
+        elif op < 0.8:
+            lo, hi, reverse = bound(), bound(), rng.random() < 0.5
+            assert list(ks.scan(lo, hi, reverse)) == _between(model, lo, hi, reverse)
+        elif op < 0.9:
+            lo = rng.choice(KEYS)
+            hi = bound()
+            expected = _between(model, lo, hi)
+            assert ks.first(lo, hi) == (expected[0] if expected else None)
+            hi = rng.choice(KEYS)
+            lo = bound()
+            expected = _between(model, lo, hi)
+            assert ks.last(lo, hi) == (expected[-1] if expected else None)
+        elif op < 0.95:
+            db.commit()
+            committed = dict(model)
+            assert db.approximate_num_uncommitted_bytes() == 0
+            assert list(ks.committed.scan(None, None)) == sorted(model.items())
+        else:
+            db.rollback()
+            model = dict(committed)
+    db.commit()
+    assert list(ks.committed.scan(None, None)) == sorted(model.items())
+    db.close()
+    reopened = TransactionalDatabase(tmp_path / "db")
+    reopened.key_value_store("s")
+    assert list(reopened.keyspace("s").scan(None, None)) == sorted(model.items())
+    reopened.close()
+
+
+def test_range_deletion_hides_committed_and_staged_keys_until_rollback(tmp_path):
+    db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=10)
+    db.key_value_store("s")
+    ks = db.keyspace("s")
+    for key in (b"a", b"b", b"c", b"d"):
+        ks.put(key, b"committed")
+    db.commit()
+    ks.put(b"bb", b"staged-before")  # spills: the limit is tiny
+    assert ks.staging is not None
+    ks.delete_range(b"b", b"c\x00")
+    assert ks.get(b"b") is None and ks.get(b"bb") is None and ks.get(b"c") is None
+    ks.put(b"bc", b"after")  # a put after the deletion is visible
+    assert list(ks.scan(None, None)) == [(b"a", b"committed"), (b"bc", b"after"), (b"d", b"committed")]
+    assert list(ks.scan(None, None, True)) == [(b"d", b"committed"), (b"bc", b"after"), (b"a", b"committed")]
+    db.rollback()
+    assert list(ks.scan(None, None)) == [(k, b"committed") for k in (b"a", b"b", b"c", b"d")]
+    db.close()
