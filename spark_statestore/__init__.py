@@ -4,6 +4,7 @@ Key-value and window stores (KIP-428), transactional RocksDB storage (KIP-892) a
 record cache (KIP-63) that live in the Python worker. See README.md and API.md.
 """
 
+from spark_statestore.cache import Change, ThreadCache
 from spark_statestore.errors import (
     CorruptStateError,
     MissingStateError,
@@ -25,6 +26,8 @@ from spark_statestore.txn import IsolationLevel, TransactionalDatabase
 __version__ = "0.1.0"
 
 __all__ = [
+    "Change",
+    "ThreadCache",
     "CorruptStateError",
     "IsolationLevel",
     "KeyValueStore",

@@ -12,7 +12,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from spark_statestore.stores.api import KeyValueStore, WindowStore
+from spark_statestore.cache.caching import OnFlush
+from spark_statestore.cache.caching_kv import CachingKeyValueStore
+from spark_statestore.cache.caching_window import CachingWindowStore
+from spark_statestore.cache.thread_cache import ThreadCache
+from spark_statestore.stores.api import KeyValueStore, StateStore, WindowStore
 from spark_statestore.stores.kv_store import InMemoryKeyValueStore
 from spark_statestore.stores.memory_window import InMemoryWindowStore
 from spark_statestore.stores.rocksdb import check_store_name
@@ -134,3 +138,27 @@ class Stores:
         except BaseException:
             db.close()
             raise
+
+    @staticmethod
+    def caching(
+        store: StateStore,
+        cache: ThreadCache,
+        on_flush: OnFlush | None = None,
+        send_old_values: bool = False,
+        *,
+        namespace: str | None = None,
+    ) -> StateStore:
+        """`store` behind the record cache `cache` (KIP-63): a store of the same kind whose
+        writes reach `store`, and `on_flush` as `Change` records, at flush or eviction.
+
+        `namespace` names the store's cache inside `cache`; give one to find the cached
+        entries again after reopening the store (the default is private to this wrapper).
+        """
+        if isinstance(store, WindowStore):
+            return CachingWindowStore(store, cache, on_flush, send_old_values, namespace)
+        if isinstance(store, KeyValueStore):
+            return CachingKeyValueStore(store, cache, on_flush, send_old_values, namespace)
+        raise TypeError(
+            f"store must be a KeyValueStore or WindowStore of bytes (cache before calling "
+            f"typed()), got {type(store).__name__}: {store!r}"
+        )

@@ -77,6 +77,15 @@ def check_window_put(key: Any, value: Any, window_start: Any) -> tuple[bytes, by
     return key, value, window_start
 
 
+def check_window_get(key: Any, window_start: Any) -> tuple[bytes, int]:
+    """The arguments of a window store's `get`, checked (fast when they are well typed)."""
+    if type(key) is not bytes:
+        key = check_key(key)
+    if type(window_start) is not int or window_start < 0 or window_start > MAX_TIME:
+        window_start = check_time(window_start, "window_start")
+    return key, window_start
+
+
 def check_time_range(time_from: Any, time_to: Any) -> tuple[int, int]:
     """Both bounds of an inclusive time range; `time_from > time_to` is a `ValueError`."""
     time_from = check_time(time_from, "time_from")

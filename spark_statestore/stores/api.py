@@ -154,12 +154,31 @@ class KeyValueStore(StateStore, ABC):
         return previous
 
     @abstractmethod
-    def range(self, key_from: bytes | None, key_to: bytes | None) -> StoreIterator:
-        """Pairs with `key_from <= key <= key_to` in key order (`None` = open end)."""
+    def _read_range(
+        self, key_from: bytes | None, key_to: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs in the (valid) inclusive key range, in key order or reversed."""
 
     @abstractmethod
+    def _read_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs whose key starts with `prefix`, in key order."""
+
+    def range(self, key_from: bytes | None, key_to: bytes | None) -> StoreIterator:
+        """Pairs with `key_from <= key <= key_to` in key order (`None` = open end)."""
+        return self._range(key_from, key_to, False, "range")
+
     def reverse_range(self, key_from: bytes | None, key_to: bytes | None) -> StoreIterator:
         """Like `range`, in descending key order."""
+        return self._range(key_from, key_to, True, "reverse_range")
+
+    def _range(self, key_from: Any, key_to: Any, reverse: bool, method: str) -> StoreIterator:
+        if not self._open:
+            raise self._closed()
+        key_from = check_bound(key_from, "key_from")
+        key_to = check_bound(key_to, "key_to")
+        if key_range_is_empty(key_from, key_to, method):
+            return StoreIterator(iter(()))
+        return self._iterator(self._read_range(key_from, key_to, reverse))
 
     def all(self) -> StoreIterator:
         return self.range(None, None)
@@ -167,9 +186,11 @@ class KeyValueStore(StateStore, ABC):
     def reverse_all(self) -> StoreIterator:
         return self.reverse_range(None, None)
 
-    @abstractmethod
     def prefix_scan(self, prefix: bytes) -> StoreIterator:
         """Pairs whose key starts with `prefix`, in key order."""
+        if not self._open:
+            raise self._closed()
+        return self._iterator(self._read_prefix(check_key(prefix, "prefix")))
 
     @abstractmethod
     def approximate_num_entries(self) -> int:

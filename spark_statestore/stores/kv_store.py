@@ -7,12 +7,11 @@ column family or a transaction over one.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
-from spark_statestore.stores.api import KeyValueStore, key_range_is_empty, prefix_end
-from spark_statestore.stores.iterators import StoreIterator
+from spark_statestore.stores.api import KeyValueStore, prefix_end
 from spark_statestore.stores.keyspace import KeySpace, MemoryKeySpace
-from spark_statestore.validation import check_bound, check_key, check_value
+from spark_statestore.validation import check_key, check_value
 
 
 class KeySpaceKeyValueStore(KeyValueStore):
@@ -71,27 +70,14 @@ class KeySpaceKeyValueStore(KeyValueStore):
             self._ks.delete(key)
         return previous
 
-    def range(self, key_from: bytes | None, key_to: bytes | None) -> StoreIterator:
-        return self._range(key_from, key_to, False, "range")
-
-    def reverse_range(self, key_from: bytes | None, key_to: bytes | None) -> StoreIterator:
-        return self._range(key_from, key_to, True, "reverse_range")
-
-    def _range(self, key_from, key_to, reverse: bool, method: str) -> StoreIterator:
-        if not self._open:
-            raise self._closed()
-        key_from = check_bound(key_from, "key_from")
-        key_to = check_bound(key_to, "key_to")
-        if key_range_is_empty(key_from, key_to, method):
-            return StoreIterator(iter(()))
+    def _read_range(
+        self, key_from: bytes | None, key_to: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
         hi = None if key_to is None else key_to + b"\x00"
-        return self._iterator(self._ks.scan(key_from, hi, reverse))
+        return self._ks.scan(key_from, hi, reverse)
 
-    def prefix_scan(self, prefix: bytes) -> StoreIterator:
-        if not self._open:
-            raise self._closed()
-        prefix = check_key(prefix, "prefix")
-        return self._iterator(self._ks.scan(prefix, prefix_end(prefix), False))
+    def _read_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self._ks.scan(prefix, prefix_end(prefix), False)
 
     def approximate_num_entries(self) -> int:
         if not self._open:

@@ -22,7 +22,7 @@ from typing import Iterator
 
 from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.sorted_map import SortedMap
-from spark_statestore.validation import MAX_TIME, check_key, check_time, check_window_put
+from spark_statestore.validation import check_window_get, check_window_put
 
 log = logging.getLogger("spark_statestore.stores")
 
@@ -106,10 +106,7 @@ class InMemoryWindowStore(WindowStore):
     def get(self, key: bytes, window_start: int) -> bytes | None:
         if not self._open:
             raise self._closed()
-        if type(key) is not bytes:
-            key = check_key(key)
-        if type(window_start) is not int or window_start < 0 or window_start > MAX_TIME:
-            window_start = check_time(window_start, "window_start")
+        key, window_start = check_window_get(key, window_start)
         if window_start <= self._stream_time - self.retention_period:
             return None
         segment = self._segments.data.get(window_start)

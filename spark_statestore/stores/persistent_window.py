@@ -10,9 +10,9 @@ Key layout (time first, like the in-memory store's segments):
 Byte order is (window start, key, put order), the API's forward order, so `fetch_all`
 and `all` are single ordered scans, and expiry is one `delete_range` below a
 segment boundary: data older than the retention period is dropped a segment at a time
-(`segment_interval`), and reads filter the rest. Single-key fetches skip-scan: one seek
-per window start that exists in the range, the same work as the in-memory store's
-per-segment lookups.
+(`segment_interval`), and reads filter the rest. Single-key fetches skip-scan
+(`window_layout.skip_scan`): one seek per window start that exists in the range, the
+same work as the in-memory store's per-segment lookups.
 
 The observed stream time and the next duplicate sequence block live in the same
 keyspace under keys starting with 0xff (data keys start below 0x80), so they commit
@@ -26,20 +26,12 @@ from typing import Any, Callable, Iterator
 from spark_statestore.serde import escape, unescape
 from spark_statestore.stores.api import Windowed, WindowStore, prefix_end, window_of
 from spark_statestore.stores.keyspace import KeySpace
-from spark_statestore.validation import MAX_TIME, check_key, check_time, check_window_put
+from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
+from spark_statestore.validation import check_window_get, check_window_put
 
 _STREAM_TIME_KEY = b"\xff\x01stream_time"
 _SEQUENCE_KEY = b"\xff\x02sequence"
 _SEQUENCE_BLOCK = 1 << 16
-
-
-def _ws(t: int) -> bytes:
-    """A window start as 8 big-endian bytes (2**63, one past the largest time, still fits)."""
-    return t.to_bytes(8, "big")
-
-
-def _start_of(key: bytes) -> int:
-    return int.from_bytes(key[:8], "big")
 
 
 def default_segment_interval(retention_period: int) -> int:
@@ -120,18 +112,18 @@ class RocksDBWindowStore(WindowStore):
             return
         if self.retain_duplicates:
             if value is not None:
-                self._ks.put(_ws(window_start) + escape(key) + self._next_sequence(), value)
+                self._ks.put(ws_bytes(window_start) + escape(key) + self._next_sequence(), value)
         elif value is None:
-            self._ks.delete(_ws(window_start) + key)
+            self._ks.delete(ws_bytes(window_start) + key)
         else:
-            self._ks.put(_ws(window_start) + key, value)
+            self._ks.put(ws_bytes(window_start) + key, value)
 
     def _expire(self) -> None:
         """Drop whole segments that lie entirely below the live range."""
         live_from = self._stream_time - self.retention_period + 1
         boundary = (live_from // self.segment_interval) * self.segment_interval
         if boundary > self._expired_below:
-            self._ks.delete_range(b"", _ws(boundary))
+            self._ks.delete_range(b"", ws_bytes(boundary))
             self._expired_below = boundary
 
     # -- reads --------------------------------------------------------------------------
@@ -139,15 +131,12 @@ class RocksDBWindowStore(WindowStore):
     def get(self, key: bytes, window_start: int) -> bytes | None:
         if not self._open:
             raise self._closed()
-        if type(key) is not bytes:
-            key = check_key(key)
-        if type(window_start) is not int or window_start < 0 or window_start > MAX_TIME:
-            window_start = check_time(window_start, "window_start")
+        key, window_start = check_window_get(key, window_start)
         if window_start <= self.observed_stream_time - self.retention_period:
             return None
         if not self.retain_duplicates:
-            return self._ks.get(_ws(window_start) + key)
-        prefix = _ws(window_start) + escape(key)
+            return self._ks.get(ws_bytes(window_start) + key)
+        prefix = ws_bytes(window_start) + escape(key)
         found = self._ks.last(prefix, prefix_end(prefix))  # type: ignore[arg-type]
         return None if found is None else found[1]
 
@@ -159,68 +148,35 @@ class RocksDBWindowStore(WindowStore):
     ) -> Iterator[tuple[Windowed, bytes]]:
         scan = self._ks.scan
         if key_from is None and key_to is None:
-            return self._windowed(scan(_ws(lo), _ws(hi + 1), reverse))
+            return self._windowed(scan(ws_bytes(lo), ws_bytes(hi + 1), reverse))
         if reverse:
             return self._skip_range_backward(key_from, key_to, lo, hi)
         return self._skip_range(key_from, key_to, lo, hi)
 
     def _entries_of(self, start: int, part: bytes, reverse: bool) -> Iterator[tuple[int, bytes]]:
         """Every value of one key (given as its key part) in one window."""
-        window = _ws(start)
+        window = ws_bytes(start)
         end = prefix_end(part)
         for _, value in self._ks.scan(window + part, window + end, reverse):  # type: ignore[operator]
             yield start, value
 
     def _walk_key(self, key: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
-        """Skip-scan forward: one seek to the smallest (window, key) >= (t, key) per step."""
-        ks = self._ks
         part = self._key_part(key)
         dups = self.retain_duplicates
-        end = _ws(hi + 1)
-        t = lo
-        while t <= hi:
-            found = ks.first(_ws(t) + part, end)
-            if found is None:
-                return
-            stored, value = found
-            w = _start_of(stored)
-            rest = stored[8:]
-            if (rest.startswith(part) if dups else rest == part):
-                if dups:
-                    yield from self._entries_of(w, part, False)
-                else:
-                    yield w, value
-                t = w + 1
-            elif w > t and rest < part:
-                t = w  # landed on the first entry of a later window: look for the key there
+        for w, _, value in skip_scan(self._ks.first, part, lo, hi, dups):
+            if dups:
+                yield from self._entries_of(w, part, False)
             else:
-                t = w + 1  # the key has no entry in window w
+                yield w, value  # type: ignore[misc]
 
     def _walk_key_backward(self, key: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
-        """Skip-scan backward: one seek to the largest (window, key) <= (t, key) per step."""
-        ks = self._ks
         part = self._key_part(key)
-        part_end = self._key_part_end(key)
         dups = self.retain_duplicates
-        floor = _ws(lo)
-        t = hi
-        while t >= lo:
-            found = ks.last(floor, _ws(t) + part_end)
-            if found is None:
-                return
-            stored, value = found
-            w = _start_of(stored)
-            rest = stored[8:]
-            if (rest.startswith(part) if dups else rest == part):
-                if dups:
-                    yield from self._entries_of(w, part, True)
-                else:
-                    yield w, value
-                t = w - 1
-            elif w < t and rest >= part_end:
-                t = w  # landed on the last entry of an earlier window: look for the key there
+        for w, _, value in skip_scan_backward(self._ks.last, part, self._key_part_end(key), lo, hi, dups):
+            if dups:
+                yield from self._entries_of(w, part, True)
             else:
-                t = w - 1
+                yield w, value  # type: ignore[misc]
 
     def _windowed(self, entries: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Windowed, bytes]]:
         """Decode stored entries into `(Windowed, value)`; the window is rebuilt only when
@@ -242,20 +198,20 @@ class RocksDBWindowStore(WindowStore):
     ) -> Iterator[tuple[Windowed, bytes]]:
         """Forward over windows; in each, one scan of the key range (one seek per window)."""
         ks = self._ks
-        end = _ws(hi + 1)
+        end = ws_bytes(hi + 1)
         low = b"" if key_from is None else self._key_part(key_from)
         high = None if key_to is None else self._key_part_end(key_to)
         t = lo
         while t <= hi:
-            found = ks.first(_ws(t) + low, end)
+            found = ks.first(ws_bytes(t) + low, end)
             if found is None:
                 return
-            w = _start_of(found[0])
+            w = start_of(found[0])
             if w > t and found[0][8:] < low:
                 t = w
                 continue
-            upper = _ws(w + 1) if high is None else _ws(w) + high
-            yield from self._windowed(ks.scan(_ws(w) + low, upper))
+            upper = ws_bytes(w + 1) if high is None else ws_bytes(w) + high
+            yield from self._windowed(ks.scan(ws_bytes(w) + low, upper))
             t = w + 1
 
     def _skip_range_backward(
@@ -263,21 +219,21 @@ class RocksDBWindowStore(WindowStore):
     ) -> Iterator[tuple[Windowed, bytes]]:
         """Backward over windows; in each, one reverse scan of the key range."""
         ks = self._ks
-        floor = _ws(lo)
+        floor = ws_bytes(lo)
         low = b"" if key_from is None else self._key_part(key_from)
         high = None if key_to is None else self._key_part_end(key_to)
         t = hi
         while t >= lo:
-            bound = _ws(t + 1) if high is None else _ws(t) + high
+            bound = ws_bytes(t + 1) if high is None else ws_bytes(t) + high
             found = ks.last(floor, bound)
             if found is None:
                 return
-            w = _start_of(found[0])
+            w = start_of(found[0])
             if w < t and high is not None and found[0][8:] >= high:
                 t = w
                 continue
-            upper = _ws(w + 1) if high is None else _ws(w) + high
-            yield from self._windowed(ks.scan(_ws(w) + low, upper, True))
+            upper = ws_bytes(w + 1) if high is None else ws_bytes(w) + high
+            yield from self._windowed(ks.scan(ws_bytes(w) + low, upper, True))
             t = w - 1
 
     def flush(self) -> None:

@@ -14,6 +14,7 @@ and never fails because the map changed underneath it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from itertools import islice
 from typing import Any, Hashable, Iterator
 
@@ -29,8 +30,9 @@ class SortedMap:
 
     __slots__ = ("data", "_keys", "version")
 
-    def __init__(self, eager: bool = False) -> None:
-        self.data: dict = {}
+    def __init__(self, eager: bool = False, ordered: bool = False) -> None:
+        # `ordered`: `data` is an OrderedDict, so callers can keep a recency order in it
+        self.data: dict = OrderedDict() if ordered else {}
         self._keys: SortedList | None = SortedList() if eager else None
         self.version = 0  # bumped on every insert of a new key and every removal
 

@@ -19,6 +19,7 @@ import rocksdict
 
 from spark_statestore import faults
 from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
+from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.sorted_map import SortedMap
 
 if TYPE_CHECKING:
@@ -31,31 +32,6 @@ _TOMBSTONE = b"\x00"
 _SPILL_BATCH_BYTES = 4 << 20
 
 Entry = tuple[bytes, "bytes | None"]
-
-
-def _merge(primary: Iterator[Entry], secondary: Iterator[Entry], reverse: bool) -> Iterator[Entry]:
-    """Merge two key-ordered streams; on equal keys the primary entry wins."""
-    p = next(primary, None)
-    s = next(secondary, None)
-    while p is not None and s is not None:
-        pk = p[0]
-        sk = s[0]
-        if pk == sk:
-            yield p
-            p = next(primary, None)
-            s = next(secondary, None)
-        elif (pk < sk) != reverse:
-            yield p
-            p = next(primary, None)
-        else:
-            yield s
-            s = next(secondary, None)
-    if p is not None:
-        yield p
-        yield from primary
-    elif s is not None:
-        yield s
-        yield from secondary
 
 
 def _decode_staged(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[Entry]:
@@ -163,10 +139,9 @@ class TransactionalKeySpace:
         lower: Iterator[Entry] = committed  # type: ignore[assignment]
         if self.staging is not None:
             staged = _decode_staged(self.staging.scan(lo, hi, reverse))
-            lower = _merge(staged, lower, reverse)
-        for key, value in _merge(self.pending.iter_items(lo, hi, True, False, reverse), lower, reverse):
-            if value is not None:
-                yield key, value
+            lower = merge_sorted(staged, lower, reverse)
+        merged = merge_sorted(self.pending.iter_items(lo, hi, True, False, reverse), lower, reverse)
+        yield from without_tombstones(merged)
 
     def _committed_outside_ranges(
         self, lo: bytes | None, hi: bytes | None, reverse: bool
@@ -246,7 +221,7 @@ class TransactionalKeySpace:
         pending = self.pending.iter_items()
         if self.staging is None:
             return pending
-        return _merge(pending, _decode_staged(self.staging.scan(None, None)), False)
+        return merge_sorted(pending, _decode_staged(self.staging.scan(None, None)), False)
 
     def reset(self) -> None:
         """Forget the transaction (after commit or rollback)."""

@@ -1,0 +1,86 @@
+"""A key-value store fronted by a record cache (KIP-63)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+from spark_statestore.cache.caching import CachingLayer, OnFlush
+from spark_statestore.cache.change import Change
+from spark_statestore.cache.thread_cache import MISSING, ThreadCache
+from spark_statestore.stores.api import KeyValueStore, prefix_end
+from spark_statestore.stores.merge import merge_sorted, without_tombstones
+from spark_statestore.validation import check_key, check_value
+
+
+class CachingKeyValueStore(CachingLayer, KeyValueStore):
+    """Reads check the cache, then the store (filling the cache with what they find);
+    writes are dirty cache entries; ranges merge both in key order."""
+
+    def __init__(
+        self,
+        inner: KeyValueStore,
+        cache: ThreadCache,
+        on_flush: OnFlush | None = None,
+        send_old_values: bool = False,
+        namespace: str | None = None,
+    ) -> None:
+        KeyValueStore.__init__(self, inner.name, on_close=self._close_inner)
+        self._attach(inner, cache, on_flush, send_old_values, namespace)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        if not self._open:
+            raise self._closed()
+        if type(key) is not bytes:
+            key = check_key(key)
+        if value is not None and type(value) is not bytes:
+            value = check_value(value)
+        self._named.put(key, value, True)
+
+    def get(self, key: bytes) -> bytes | None:
+        if not self._open:
+            raise self._closed()
+        if type(key) is not bytes:
+            key = check_key(key)
+        value = self._named.get(key)
+        if value is not MISSING:
+            return value
+        value = self._inner.get(key)
+        if value is not None:
+            self._named.put(key, value, False)
+        return value
+
+    def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        if not self._open:
+            raise self._closed()
+        for key, value in [(check_key(k), check_value(v)) for k, v in pairs]:
+            self._named.put(key, value, True)
+
+    def _merged(self, lo, hi, hi_inclusive: bool, reverse: bool, stored: Any) -> Iterator[tuple[bytes, bytes]]:
+        cached = self._named.items(lo, hi, hi_inclusive, reverse)
+        return without_tombstones(merge_sorted(cached, stored, reverse))
+
+    def _read_range(
+        self, key_from: bytes | None, key_to: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        stored = (self._inner.reverse_range if reverse else self._inner.range)(key_from, key_to)
+        return self._merged(key_from, key_to, True, reverse, stored)
+
+    def _read_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self._merged(prefix, prefix_end(prefix), False, False, self._inner.prefix_scan(prefix))
+
+    def approximate_num_entries(self) -> int:
+        if not self._open:
+            raise self._closed()
+        return self._inner.approximate_num_entries() + len(self._named.dirty)
+
+    def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
+        inner = self._inner
+        send_old = self._send_old_values
+        changes = []
+        for key, new in entries:
+            old = inner.get(key) if send_old or new is None else None
+            if new is None and old is None:
+                continue  # written and deleted again: the store never had it
+            inner.put(key, new)
+            changes.append(Change(key, new, old if send_old else None))
+        return changes

@@ -1,0 +1,126 @@
+"""A window store fronted by a record cache (KIP-63).
+
+Cache keys use the window layout (`window_start | key`), so cached entries are ordered
+like the store's records and merge with its fetches directly. The caching store keeps
+its own stream time (writes reach the store only at flush): late records are dropped and
+counted when they are put, and reads exclude expired windows by the cache's stream time.
+Stores that retain duplicates cannot be cached, as in Kafka Streams.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from spark_statestore.cache.caching import CachingLayer, OnFlush
+from spark_statestore.cache.change import Change
+from spark_statestore.cache.thread_cache import MISSING, ThreadCache
+from spark_statestore.stores.api import Windowed, WindowStore, window_of
+from spark_statestore.stores.merge import merge_sorted, without_tombstones
+from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
+from spark_statestore.validation import check_window_get, check_window_put
+
+
+class CachingWindowStore(CachingLayer, WindowStore):
+    """See module docstring."""
+
+    def __init__(
+        self,
+        inner: WindowStore,
+        cache: ThreadCache,
+        on_flush: OnFlush | None = None,
+        send_old_values: bool = False,
+        namespace: str | None = None,
+    ) -> None:
+        if inner.retain_duplicates:
+            raise ValueError(
+                f"window store {inner.name!r} retains duplicates and cannot be cached: every put is "
+                f"its own record, so there is nothing to de-duplicate (Kafka Streams disables caching "
+                f"for such stores too)"
+            )
+        WindowStore.__init__(
+            self, inner.name, inner.retention_period, inner.window_size, False, on_close=self._close_inner
+        )
+        self._attach(inner, cache, on_flush, send_old_values, namespace)
+        self.metrics = inner.metrics
+        self._stream_time = -1
+
+    @property
+    def observed_stream_time(self) -> int:
+        inner = self._inner.observed_stream_time
+        return inner if inner > self._stream_time else self._stream_time
+
+    def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
+        if not self._open:
+            raise self._closed()
+        key, value, window_start = check_window_put(key, value, window_start)
+        if window_start > self._stream_time:
+            self._stream_time = window_start
+        if window_start <= self.observed_stream_time - self.retention_period:
+            self.metrics.dropped_records_total += 1
+            return
+        self._named.put(ws_bytes(window_start) + key, value, True)
+
+    def get(self, key: bytes, window_start: int) -> bytes | None:
+        if not self._open:
+            raise self._closed()
+        key, window_start = check_window_get(key, window_start)
+        if window_start <= self.observed_stream_time - self.retention_period:
+            return None
+        cache_key = ws_bytes(window_start) + key
+        value = self._named.get(cache_key)
+        if value is not MISSING:
+            return value
+        value = self._inner.get(key, window_start)
+        if value is not None:
+            self._named.put(cache_key, value, False)
+        return value
+
+    def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:
+        named = self._named
+        if reverse:
+            cached = skip_scan_backward(named.last, key, key + b"\x00", lo, hi, False)
+            stored = self._inner.backward_fetch(key, lo, hi)
+        else:
+            cached = skip_scan(named.first, key, lo, hi, False)
+            stored = self._inner.fetch(key, lo, hi)
+        cached_entries = ((entry_key, value) for _, entry_key, value in cached)
+        stored_entries = ((ws_bytes(start) + key, value) for start, value in stored)
+        for entry_key, value in without_tombstones(merge_sorted(cached_entries, stored_entries, reverse)):
+            yield start_of(entry_key), value
+
+    def _read_range(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int, reverse: bool
+    ) -> Iterator[tuple[Windowed, bytes]]:
+        fetch = self._inner.backward_fetch_range if reverse else self._inner.fetch_range
+        stored = ((ws_bytes(w.window.start) + w.key, v) for w, v in fetch(key_from, key_to, lo, hi))
+        cached = self._named.items(ws_bytes(lo), ws_bytes(hi + 1), False, reverse)
+        if key_from is not None or key_to is not None:
+            cached = (
+                (k, v)
+                for k, v in cached
+                if (key_from is None or k[8:] >= key_from) and (key_to is None or k[8:] <= key_to)
+            )
+        size = self.window_size
+        window = None
+        for entry_key, value in without_tombstones(merge_sorted(cached, stored, reverse)):
+            start = start_of(entry_key)
+            if window is None or window.start != start:
+                window = window_of(start, size)
+            yield Windowed(entry_key[8:], window), value
+
+    def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
+        inner = self._inner
+        send_old = self._send_old_values
+        changes = []
+        for entry_key, new in entries:
+            start = start_of(entry_key)
+            key = entry_key[8:]
+            old = inner.get(key, start) if send_old or new is None else None
+            if new is None and old is None:
+                continue  # written and deleted again: the store never had it
+            inner.put(key, new, start)
+            changes.append(Change(key, new, old if send_old else None, start))
+        return changes
+
+    def _after_rollback(self) -> None:
+        self._stream_time = -1

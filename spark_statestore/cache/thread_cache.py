@@ -1,0 +1,210 @@
+"""`ThreadCache`: one byte budget shared by the named caches of the stores of a worker
+(KIP-63's `cache.max.bytes.buffering`, per task slot).
+
+A `NamedCache` serves one store. Its entries live in a `SortedMap` over an `OrderedDict`,
+which gives point access, range walks in key order, and least-recently-used order in one
+structure; its dirty keys are a dict ordered by each key's latest write. A dirty entry's
+value may be `None`: a deletion that has not reached the store yet.
+
+Size of an entry: key bytes + value bytes + `ENTRY_OVERHEAD` (a fixed 64 bytes standing
+for the bookkeeping per entry). After a put returns, `size_bytes <= max_bytes`: the put's
+own named cache evicts least-recently-used entries until the budget holds, and evicting a
+dirty entry first flushes every dirty entry of that named cache (KIP-63).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from spark_statestore.stores.sorted_map import SortedMap
+from spark_statestore.validation import check_int
+
+ENTRY_OVERHEAD = 64
+MISSING: Any = object()
+
+FlushListener = Callable[[list[tuple[Any, "bytes | None"]]], None]
+
+
+def _entry_size(key: bytes, value: bytes | None) -> int:
+    return len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
+
+
+class NamedCache:
+    """The cache of one store inside a `ThreadCache`."""
+
+    def __init__(self, namespace: str, owner: "ThreadCache") -> None:
+        self.namespace = namespace
+        self._owner = owner
+        self.entries = SortedMap(ordered=True)
+        self.dirty: dict[Any, None] = {}
+        self.size_bytes = 0
+        self.listener: FlushListener | None = None
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: Any) -> Any:
+        """The cached value (None for a pending deletion), or `MISSING`."""
+        data = self.entries.data
+        value = data.get(key, MISSING)
+        owner = self._owner
+        if value is MISSING:
+            owner.misses += 1
+            return MISSING
+        data.move_to_end(key)
+        owner.hits += 1
+        return value
+
+    def put(self, key: Any, value: bytes | None, dirty: bool) -> None:
+        """Cache `value` (clean: as read from the store; dirty: a write to flush later)."""
+        entries = self.entries
+        data = entries.data
+        old = data.get(key, MISSING)
+        owner = self._owner
+        if old is MISSING:
+            delta = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
+            entries.set(key, value)  # a new key: goes to the end, the most recently used
+        else:
+            delta = (0 if value is None else len(value)) - (0 if old is None else len(old))
+            owner.overwrites += 1
+            data[key] = value
+            data.move_to_end(key)
+        if dirty:
+            dirty_keys = self.dirty
+            dirty_keys.pop(key, None)  # re-insert: dirty keys are ordered by latest write
+            dirty_keys[key] = None
+        self.size_bytes += delta
+        owner.size_bytes += delta
+        if owner.size_bytes > owner.max_bytes:
+            owner._evict_from(self)
+
+    def _remove(self, key: Any) -> None:
+        value = self.entries.pop(key, MISSING)
+        if value is MISSING:
+            return
+        size = _entry_size(key, value)
+        self.size_bytes -= size
+        self._owner.size_bytes -= size
+        self.dirty.pop(key, None)
+
+    def evict(self) -> None:
+        """Remove the least recently used entry, flushing this cache first if it is dirty."""
+        data = self.entries.data
+        if not data:
+            return
+        key = next(iter(data))
+        if key in self.dirty:
+            self.flush()
+        if key in data:
+            self._remove(key)
+            self._owner.evicts += 1
+
+    def flush(self) -> None:
+        """Hand every dirty entry, in the order of its latest write, to the listener.
+
+        The entries are marked clean (deletions dropped) before the listener runs, so a
+        listener that writes to this cache again starts a new set of dirty entries instead
+        of looping over the current one."""
+        if not self.dirty:
+            return
+        data = self.entries.data
+        entries = [(key, data[key]) for key in self.dirty]
+        self.dirty = {}
+        for key, value in entries:
+            if value is None:
+                self._remove(key)
+        self._owner.flushes += 1
+        if self.listener is not None:
+            self.listener(entries)
+
+    @property
+    def dirty_bytes(self) -> int:
+        data = self.entries.data
+        return sum(_entry_size(k, data[k]) for k in self.dirty)
+
+    def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes | None] | None:
+        """The first entry with `lo <= key < hi` (a deletion shows as value None)."""
+        return next(self.entries.iter_items(lo, hi, True, False), None)
+
+    def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes | None] | None:
+        return next(self.entries.iter_items(lo, hi, True, False, True), None)
+
+    def items(
+        self, lo: Any, hi: Any, hi_inclusive: bool = True, reverse: bool = False
+    ) -> Iterator[tuple[Any, bytes | None]]:
+        """Live walk in key order over [lo, hi] (deletions included as value None)."""
+        return self.entries.iter_items(lo, hi, True, hi_inclusive, reverse)
+
+    def discard_dirty(self) -> None:
+        """Drop the entries that were written but not flushed; clean ones stay."""
+        for key in list(self.dirty):
+            self._remove(key)
+
+    def clear(self) -> None:
+        """Drop every entry, dirty ones included."""
+        self._owner.size_bytes -= self.size_bytes
+        self.size_bytes = 0
+        self.entries.clear()
+        self.dirty = {}
+
+
+class ThreadCache:
+    """A byte budget shared by named caches. Counters: hits, misses, overwrites, evicts,
+    flushes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = check_int(max_bytes, "max_bytes", 0)
+        self.size_bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self.overwrites = 0
+        self.evicts = 0
+        self.flushes = 0
+        self._caches: dict[str, NamedCache] = {}
+
+    def named_cache(self, namespace: str) -> NamedCache:
+        """The named cache `namespace` (created if new; an existing one keeps its entries)."""
+        cache = self._caches.get(namespace)
+        if cache is None:
+            cache = self._caches[namespace] = NamedCache(namespace, self)
+        return cache
+
+    def drop(self, namespace: str) -> None:
+        """Forget a named cache and its entries (dirty ones are lost: flush first)."""
+        cache = self._caches.pop(namespace, None)
+        if cache is not None:
+            cache.clear()
+
+    @property
+    def namespaces(self) -> list[str]:
+        return list(self._caches)
+
+    def _evict_from(self, cache: NamedCache) -> None:
+        while self.size_bytes > self.max_bytes and cache.entries.data:
+            cache.evict()
+
+    def resize(self, max_bytes: int) -> None:
+        """Change the budget; shrinking evicts least-recently-used entries, round robin."""
+        self.max_bytes = check_int(max_bytes, "max_bytes", 0)
+        while self.size_bytes > self.max_bytes:
+            before = self.size_bytes
+            for cache in list(self._caches.values()):
+                if self.size_bytes <= self.max_bytes:
+                    break
+                cache.evict()
+            if self.size_bytes == before:  # nothing left to evict
+                break
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "size_bytes": self.size_bytes,
+            "max_bytes": self.max_bytes,
+            "hits": self.hits,
+            "misses": self.misses,
+            "overwrites": self.overwrites,
+            "evicts": self.evicts,
+            "flushes": self.flushes,
+        }
+
+    def __repr__(self) -> str:
+        return f"ThreadCache({self.stats()})"
