@@ -21,40 +21,7 @@ from spark_statestore.stores.kv_store import InMemoryKeyValueStore
 from spark_statestore.stores.memory_window import InMemoryWindowStore
 from spark_statestore.stores.rocksdb import check_store_name
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
-from spark_statestore.validation import check_int, check_name, to_millis
-
-
-def window_store_parameters(
-    name: Any, retention_period: Any, window_size: Any, retain_duplicates: Any
-) -> tuple[str, int, int, bool]:
-    """Validate window-store parameters in the order and with the messages of API.md."""
-    if name is None:
-        raise TypeError("name cannot be None")
-    name = check_name(name)
-    retention = to_millis(retention_period, "retention_period")
-    if retention < 0:
-        raise ValueError("retention_period cannot be negative")
-    size = to_millis(window_size, "window_size")
-    if size < 0:
-        raise ValueError("window_size cannot be negative")
-    if size > retention:
-        raise ValueError(
-            f"The retention period of the window store {name} must be no smaller than its "
-            f"window size. Got size=[{size}], retention=[{retention}]"
-        )
-    if not isinstance(retain_duplicates, bool):
-        raise TypeError(
-            f"retain_duplicates must be a bool, got {type(retain_duplicates).__name__}: "
-            f"{retain_duplicates!r}"
-        )
-    return name, retention, size, retain_duplicates
-
-
-def window_segment_interval(segment_interval: Any) -> int | None:
-    """A positive segment interval in milliseconds, or None for the default."""
-    if segment_interval is None:
-        return None
-    return check_int(to_millis(segment_interval, "segment_interval"), "segment_interval", 1)
+from spark_statestore.validation import check_name, window_segment_interval, window_store_parameters
 
 
 def _check_path(path: Any) -> str:

@@ -136,3 +136,36 @@ def check_int(value: Any, name: str, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def window_store_parameters(
+    name: Any, retention_period: Any, window_size: Any, retain_duplicates: Any
+) -> tuple[str, int, int, bool]:
+    """Validate window-store parameters in the order and with the messages of API.md."""
+    if name is None:
+        raise TypeError("name cannot be None")
+    name = check_name(name)
+    retention = to_millis(retention_period, "retention_period")
+    if retention < 0:
+        raise ValueError("retention_period cannot be negative")
+    size = to_millis(window_size, "window_size")
+    if size < 0:
+        raise ValueError("window_size cannot be negative")
+    if size > retention:
+        raise ValueError(
+            f"The retention period of the window store {name} must be no smaller than its "
+            f"window size. Got size=[{size}], retention=[{retention}]"
+        )
+    if not isinstance(retain_duplicates, bool):
+        raise TypeError(
+            f"retain_duplicates must be a bool, got {type(retain_duplicates).__name__}: "
+            f"{retain_duplicates!r}"
+        )
+    return name, retention, size, retain_duplicates
+
+
+def window_segment_interval(segment_interval: Any) -> int | None:
+    """A positive segment interval in milliseconds, or None for the default."""
+    if segment_interval is None:
+        return None
+    return check_int(to_millis(segment_interval, "segment_interval"), "segment_interval", 1)

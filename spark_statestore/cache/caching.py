@@ -66,6 +66,17 @@ class CachingLayer:
     def named_cache(self) -> NamedCache:
         return self._named
 
+    @property
+    def on_flush(self) -> OnFlush | None:
+        """Where flushed changes are forwarded."""
+        return self._on_flush
+
+    @on_flush.setter
+    def on_flush(self, on_flush: OnFlush | None) -> None:
+        if on_flush is not None and not callable(on_flush):
+            raise TypeError(f"on_flush must be callable or None, got {type(on_flush).__name__}")
+        self._on_flush = on_flush
+
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """Write flushed entries to the wrapped store; return the changes to forward."""
         raise NotImplementedError

@@ -17,7 +17,7 @@ from spark_statestore.cache.thread_cache import MISSING, ThreadCache
 from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
-from spark_statestore.validation import check_window_get, check_window_put
+from spark_statestore.validation import check_time, check_window_get, check_window_put
 
 
 class CachingWindowStore(CachingLayer, WindowStore):
@@ -108,18 +108,36 @@ class CachingWindowStore(CachingLayer, WindowStore):
                 window = window_of(start, size)
             yield Windowed(entry_key[8:], window), value
 
+    def advance_stream_time(self, time: int) -> None:
+        if not self._open:
+            raise self._closed()
+        time = check_time(time, "time")
+        if time > self._stream_time:
+            self._stream_time = time
+
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
+        """Write what is still live; forward every change (an update made while its window
+        was live reaches downstream even if the window expired while it was cached); then
+        hand the cache's stream time to the store, since records that advanced it may not
+        have been written (deleted again, or expired)."""
         inner = self._inner
         send_old = self._send_old_values
+        expired_up_to = self.observed_stream_time - self.retention_period
         changes = []
         for entry_key, new in entries:
             start = start_of(entry_key)
             key = entry_key[8:]
+            if start <= expired_up_to:
+                if new is not None:
+                    changes.append(Change(key, new, None, start))
+                continue
             old = inner.get(key, start) if send_old or new is None else None
             if new is None and old is None:
                 continue  # written and deleted again: the store never had it
             inner.put(key, new, start)
             changes.append(Change(key, new, old if send_old else None, start))
+        if self._stream_time >= 0:
+            inner.advance_stream_time(self._stream_time)
         return changes
 
     def _after_rollback(self) -> None:

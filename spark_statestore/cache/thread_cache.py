@@ -39,6 +39,8 @@ class NamedCache:
         self.dirty: dict[Any, None] = {}
         self.size_bytes = 0
         self.listener: FlushListener | None = None
+        # what the clean entries are valid for (the partition state keeps a version here)
+        self.valid_for: Any = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -146,6 +148,7 @@ class NamedCache:
         self.size_bytes = 0
         self.entries.clear()
         self.dirty = {}
+        self.valid_for = None
 
 
 class ThreadCache:

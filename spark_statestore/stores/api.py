@@ -251,6 +251,11 @@ class WindowStore(StateStore, ABC):
         """The value of one window (the latest put, with `retain_duplicates`)."""
 
     @abstractmethod
+    def advance_stream_time(self, time: int) -> None:
+        """Observe stream time `time` without a record, as a put at `time` would (expiring
+        what falls out of the retention period). Earlier times change nothing."""
+
+    @abstractmethod
     def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:
         """`(window_start, value)` of `key` for live windows in [lo, hi]."""
 

@@ -22,7 +22,7 @@ from typing import Iterator
 
 from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.sorted_map import SortedMap
-from spark_statestore.validation import check_window_get, check_window_put
+from spark_statestore.validation import check_time, check_window_get, check_window_put
 
 log = logging.getLogger("spark_statestore.stores")
 
@@ -85,6 +85,14 @@ class InMemoryWindowStore(WindowStore):
                 values.append(value)
         else:
             segment.set(key, value)
+
+    def advance_stream_time(self, time: int) -> None:
+        if not self._open:
+            raise self._closed()
+        time = check_time(time, "time")
+        if time > self._stream_time:
+            self._stream_time = time
+            self._expire()
 
     def _expire(self) -> None:
         """Drop expired segments that no open iterator still needs."""

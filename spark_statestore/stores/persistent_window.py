@@ -27,7 +27,7 @@ from spark_statestore.serde import escape, unescape
 from spark_statestore.stores.api import Windowed, WindowStore, prefix_end, window_of
 from spark_statestore.stores.keyspace import KeySpace
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
-from spark_statestore.validation import check_window_get, check_window_put
+from spark_statestore.validation import check_time, check_window_get, check_window_put
 
 _STREAM_TIME_KEY = b"\xff\x01stream_time"
 _SEQUENCE_KEY = b"\xff\x02sequence"
@@ -104,9 +104,7 @@ class RocksDBWindowStore(WindowStore):
             raise self._closed()
         key, value, window_start = check_window_put(key, value, window_start)
         if window_start > self._stream_time:
-            self._stream_time = window_start
-            self._ks.put(_STREAM_TIME_KEY, window_start.to_bytes(8, "big", signed=True))
-            self._expire()
+            self._observe(window_start)
         if window_start <= self._stream_time - self.retention_period:
             self.metrics.dropped_records_total += 1
             return
@@ -117,6 +115,19 @@ class RocksDBWindowStore(WindowStore):
             self._ks.delete(ws_bytes(window_start) + key)
         else:
             self._ks.put(ws_bytes(window_start) + key, value)
+
+    def advance_stream_time(self, time: int) -> None:
+        if not self._open:
+            raise self._closed()
+        time = check_time(time, "time")
+        if time > self._stream_time:
+            self._observe(time)
+
+    def _observe(self, time: int) -> None:
+        """A new stream time: persist it (with the data) and expire what fell out."""
+        self._stream_time = time
+        self._ks.put(_STREAM_TIME_KEY, time.to_bytes(8, "big", signed=True))
+        self._expire()
 
     def _expire(self) -> None:
         """Drop whole segments that lie entirely below the live range."""

@@ -85,13 +85,18 @@ class TransactionalDatabase:
         lock_timeout: float = 0.0,
         write_buffer_bytes: int = 32 << 20,
         commit_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        replayable: bool = False,
     ) -> None:
         limit = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
         self.uncommitted_max_bytes = limit
         self.memory_limit: float = math.inf if limit < 0 else limit
         self.commit_chunk_bytes = check_int(commit_chunk_bytes, "commit_chunk_bytes", 1)
         self.db = RocksDatabase(
-            path, wal=wal, lock_timeout=lock_timeout, write_buffer_bytes=write_buffer_bytes
+            path,
+            wal=wal,
+            lock_timeout=lock_timeout,
+            write_buffer_bytes=write_buffer_bytes,
+            replayable=replayable,
         )
         self.path = self.db.path
         self.memory_bytes = 0
@@ -159,6 +164,10 @@ class TransactionalDatabase:
 
     def keyspace(self, name: str) -> TransactionalKeySpace:
         return self._keyspaces[name]
+
+    @property
+    def keyspace_names(self) -> list[str]:
+        return list(self._keyspaces)
 
     # -- transactions -------------------------------------------------------------------
 

@@ -1,0 +1,125 @@
+"""A deterministic batch workload on a `PartitionState`, driven the way Spark drives it.
+
+A batch's writes are a function of (seed, batch id). The driver appends a batch id to a
+commit log (Spark's `commits/N`) only after the batch's `prepare()` and `close()`
+returned, and runs batch N only after N-1 committed, re-running a batch that did not
+commit. `expected(seed, n)` rebuilds the state after batches 0..n with in-memory stores.
+
+    python tests/partition_workload.py CHECKPOINT LOCAL_DIR --seed S --batches N
+        [--snapshot-interval K] [--retain R] [--cache-bytes B] [--limit BYTES]
+        [--apply-chunk-bytes B]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+
+from spark_statestore import Stores, ThreadCache
+from spark_statestore.checkpoint import PartitionState, StoreSpec
+from txn_workload import apply_ops, state_of
+
+__all__ = ["apply_ops", "state_of"]  # re-exported for the tests that drive batches
+
+RETENTION = 120
+SIZE = 10
+SPECS = [StoreSpec.key_value("kv"), StoreSpec.window("win", RETENTION, SIZE, segment_interval=40)]
+
+
+def batch_ops(seed: int, batch: int) -> list[tuple]:
+    rng = random.Random(seed * 7919 + batch)
+    ops: list[tuple] = []
+    for _ in range(rng.randint(0, 60)):
+        key = b"k%02d" % rng.randrange(40)
+        r = rng.random()
+        if r < 0.5:
+            ops.append(("kv", key, rng.randbytes(rng.randint(1, 12))))
+        elif r < 0.65:
+            ops.append(("kv", key, None))
+        else:
+            start = max(0, batch * 10 + rng.randint(-150, 10))
+            ops.append(("win", key, None if rng.random() < 0.1 else rng.randbytes(6), start))
+    return ops
+
+
+def expected(seed: int, last_batch: int) -> tuple:
+    kv = Stores.in_memory_key_value_store("kv")
+    win = Stores.in_memory_window_store("win", RETENTION, SIZE)
+    for batch in range(last_batch + 1):
+        apply_ops(batch_ops(seed, batch), kv, win)
+    return state_of(kv, win)
+
+
+def commit_log(checkpoint: str) -> str:
+    return os.path.join(checkpoint, "commits.log")
+
+
+def last_committed(checkpoint: str) -> int:
+    try:
+        with open(commit_log(checkpoint)) as f:
+            lines = [line.strip() for line in f if line.strip()]
+    except FileNotFoundError:
+        return -1
+    return int(lines[-1]) if lines else -1
+
+
+def partition_state(checkpoint: str, local_dir: str, partition: int = 0, **kwargs) -> PartitionState:
+    kwargs.setdefault("retention_grace_seconds", 0)
+    return PartitionState(checkpoint, partition, SPECS, local_dir=local_dir, **kwargs)
+
+
+def run_batch(state: PartitionState, seed: int, batch: int, checkpoint: str) -> None:
+    """One batch as a Spark task runs it, then the driver's commit."""
+    state.open(batch)
+    try:
+        apply_ops(batch_ops(seed, batch), state.store("kv"), state.store("win"))
+        state.prepare()
+    finally:
+        state.close()
+    with open(commit_log(checkpoint), "a") as f:
+        f.write(f"{batch}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_state(checkpoint: str, local_dir: str, **kwargs) -> tuple:
+    """The state a reader opening the next batch sees."""
+    state = partition_state(checkpoint, local_dir, **kwargs)
+    state.open(last_committed(checkpoint) + 1)
+    try:
+        return state_of(state.store("kv"), state.store("win"))
+    finally:
+        state.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("checkpoint")
+    parser.add_argument("local_dir")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--batches", type=int, required=True)
+    parser.add_argument("--snapshot-interval", type=int, default=4)
+    parser.add_argument("--retain", type=int, default=6)
+    parser.add_argument("--cache-bytes", type=int, default=-1)
+    parser.add_argument("--limit", type=int, default=-1)
+    parser.add_argument("--apply-chunk-bytes", type=int, default=4 << 20)
+    args = parser.parse_args()
+    cache = ThreadCache(args.cache_bytes) if args.cache_bytes >= 0 else None
+    while (batch := last_committed(args.checkpoint) + 1) < args.batches:
+        state = partition_state(
+            args.checkpoint,
+            args.local_dir,
+            snapshot_interval=args.snapshot_interval,
+            min_batches_to_retain=args.retain,
+            cache=cache,
+            uncommitted_max_bytes=args.limit,
+            apply_chunk_bytes=args.apply_chunk_bytes,
+        )
+        run_batch(state, args.seed, batch, args.checkpoint)
+        state.wait_for_snapshots()
+        print(f"committed {batch}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,355 @@
+"""The partition-state protocol: versions, changelogs, restore, snapshots, retention,
+locking, damaged files, and concurrent attempts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+
+import pytest
+
+import partition_workload as wl
+from spark_statestore import CorruptStateError, MissingStateError, StoreLockedError, ThreadCache, faults
+from spark_statestore.checkpoint import Changelog, PartitionState, StoreSpec
+from spark_statestore.checkpoint.snapshots import snapshot_versions
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    return str(checkpoint), str(tmp_path / "local")
+
+
+def run(checkpoint, local, batches, seed=1, **kwargs):
+    for batch in range(wl.last_committed(checkpoint) + 1, batches):
+        state = wl.partition_state(checkpoint, local, **kwargs)
+        wl.run_batch(state, seed, batch, checkpoint)
+        state.wait_for_snapshots()
+
+
+def test_each_batch_sees_the_state_after_the_previous_one(dirs):
+    checkpoint, local = dirs
+    state = PartitionState(checkpoint, 3, [StoreSpec.key_value("kv")], local_dir=local)
+    for batch in range(5):
+        state.open(batch)
+        kv = state.store("kv")
+        assert state.version == batch - 1
+        assert kv.get(b"batches") == (None if batch == 0 else b"%d" % batch)
+        kv.put(b"batches", b"%d" % (batch + 1))
+        assert kv.get(b"batches") == b"%d" % (batch + 1)  # reads see this batch's writes
+        metrics = state.prepare()
+        assert metrics.changelog_records == 1 and metrics.changelog_bytes > 0
+        state.close()
+    assert sorted(os.listdir(os.path.join(checkpoint, "statestore", "3"))) == [f"{b}.changelog" for b in range(5)]
+
+
+def test_matches_the_model_over_many_batches_with_and_without_cache(dirs):
+    checkpoint, local = dirs
+    run(checkpoint, local, 12, snapshot_interval=4, min_batches_to_retain=5)
+    assert wl.read_state(checkpoint, local) == wl.expected(1, 11)
+    run(checkpoint, local, 24, cache=ThreadCache(2000), snapshot_interval=4, min_batches_to_retain=5)
+    assert wl.read_state(checkpoint, local) == wl.expected(1, 23)
+
+
+def test_failed_attempts_are_discarded_and_redone(dirs):
+    checkpoint, local = dirs
+    run(checkpoint, local, 3)
+    # an attempt of batch 3 that writes garbage and fails before prepare
+    state = wl.partition_state(checkpoint, local)
+    state.open(3)
+    state.store("kv").put(b"garbage", b"x")
+    state.close()
+    # an attempt that prepares garbage, but the batch fails elsewhere and is re-run
+    state.open(3)
+    state.store("kv").put(b"garbage", b"y")
+    state.prepare()
+    state.close()
+    run(checkpoint, local, 6)  # re-runs batch 3 properly, then 4 and 5
+    assert wl.read_state(checkpoint, local) == wl.expected(1, 5)
+
+
+def test_new_executor_restores_from_durable_state(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 15, snapshot_interval=4, min_batches_to_retain=5)
+    fresh = str(tmp_path / "other-executor")
+    state = wl.partition_state(checkpoint, fresh)
+    state.open(15)
+    assert state.metrics.restored
+    assert wl.state_of(state.store("kv"), state.store("win")) == wl.expected(1, 14)
+    state.close()
+
+
+def test_restore_without_any_snapshot_replays_every_changelog(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 6, snapshot_interval=100)
+    assert snapshot_versions(wl.partition_state(checkpoint, local).durable) == []
+    assert wl.read_state(checkpoint, str(tmp_path / "fresh")) == wl.expected(1, 5)
+
+
+def test_local_copy_ahead_of_the_wanted_version_is_restored(dirs):
+    checkpoint, local = dirs
+    run(checkpoint, local, 10, snapshot_interval=3, min_batches_to_retain=20)
+    # e.g. the query restarted from an older commit: the local copy is at 9, version 4 is wanted
+    state = wl.partition_state(checkpoint, local)
+    state.open(5)
+    assert state.metrics.restored
+    assert wl.state_of(state.store("kv"), state.store("win")) == wl.expected(1, 4)
+    state.close()
+
+
+def test_corrupt_local_database_is_restored(dirs):
+    checkpoint, local = dirs
+    run(checkpoint, local, 5)
+    state = wl.partition_state(checkpoint, local)
+    os.remove(os.path.join(state.local.db_path, "CURRENT"))
+    os.makedirs(os.path.join(state.local.db_path, "junk"), exist_ok=True)
+    assert wl.read_state(checkpoint, local) == wl.expected(1, 4)
+
+
+def test_stale_local_copy_behind_retention_is_restored(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 4, snapshot_interval=4, min_batches_to_retain=2)
+    old_copy = str(tmp_path / "old-executor")
+    shutil.copytree(local, old_copy)
+    run(checkpoint, local, 16, snapshot_interval=4, min_batches_to_retain=2)
+    durable = os.listdir(os.path.join(checkpoint, "statestore", "0"))
+    assert "4.changelog" not in durable  # retention removed what the old copy would need
+    assert wl.read_state(checkpoint, old_copy) == wl.expected(1, 15)
+
+
+def test_stale_local_copy_asked_for_a_version_a_snapshot_covers_is_restored(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 4, snapshot_interval=4, min_batches_to_retain=2)
+    old_copy = str(tmp_path / "old-executor")
+    shutil.copytree(local, old_copy)  # at version 3
+    run(checkpoint, local, 16, snapshot_interval=4, min_batches_to_retain=2)
+    # version 11 is a snapshot; the changelogs up to it are gone, so none tells the old
+    # copy that it is behind
+    assert 11 in snapshot_versions(wl.partition_state(checkpoint, local).durable)
+    state = wl.partition_state(checkpoint, old_copy)
+    state.open(12)
+    assert state.metrics.restored
+    assert wl.state_of(state.store("kv"), state.store("win")) == wl.expected(1, 11)
+    state.close()
+
+
+def test_damaged_local_changelog_copy_is_replaced_by_the_durable_one(dirs):
+    checkpoint, local = dirs
+    run(checkpoint, local, 3)
+    state = wl.partition_state(checkpoint, local)
+    state.open(3)
+    apply = wl.batch_ops(1, 3)
+    wl.apply_ops(apply, state.store("kv"), state.store("win"))
+    state.prepare()
+    state.close()
+    with open(state.local.changelog(3), "r+b") as f:
+        f.seek(40)
+        f.write(b"\xff\xff\xff")
+    with open(wl.commit_log(checkpoint), "a") as f:
+        f.write("3\n")
+    state.open(4)
+    assert state.metrics.changelogs_downloaded == 1
+    assert wl.state_of(state.store("kv"), state.store("win")) == wl.expected(1, 3)
+    state.close()
+
+
+def test_damaged_durable_changelog_names_file_and_version(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 5, snapshot_interval=100)
+    path = os.path.join(checkpoint, "statestore", "0", "2.changelog")
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(MissingStateError, match=r"2\.changelog.*version 2.*fails its checksum"):
+        wl.read_state(checkpoint, str(tmp_path / "fresh"))
+    with pytest.raises(CorruptStateError, match="fails its checksum; nothing was applied"):
+        Changelog(path, 2)
+
+
+def test_damaged_durable_changelog_is_not_needed_when_a_snapshot_covers_it(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 8, snapshot_interval=4, min_batches_to_retain=50)
+    path = os.path.join(checkpoint, "statestore", "0", "1.changelog")
+    open(path, "wb").write(b"garbage")
+    assert wl.read_state(checkpoint, str(tmp_path / "fresh")) == wl.expected(1, 7)
+
+
+def test_missing_changelog_in_the_chain_names_it(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 6, snapshot_interval=100)
+    os.remove(os.path.join(checkpoint, "statestore", "0", "3.changelog"))
+    with pytest.raises(MissingStateError, match=r"4\.changelog \(version 4\) builds on version 3, but the state is at version 2"):
+        wl.read_state(checkpoint, str(tmp_path / "fresh"))
+
+
+def test_damaged_snapshot_falls_back_to_an_older_one(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 10, snapshot_interval=3, min_batches_to_retain=50)
+    durable = wl.partition_state(checkpoint, local).durable
+    versions = snapshot_versions(durable)
+    assert versions == [2, 5, 8]
+    newest = os.path.join(checkpoint, "statestore", "0", "snapshots", "8")
+    victim = sorted(os.listdir(newest))[0]
+    open(os.path.join(newest, victim), "ab").write(b"x")
+    state = wl.partition_state(checkpoint, str(tmp_path / "fresh"))
+    state.open(10)
+    assert wl.state_of(state.store("kv"), state.store("win")) == wl.expected(1, 9)
+    assert state.metrics.changelogs_applied == 4  # from snapshot 5: versions 6..9
+    state.close()
+
+
+def test_snapshots_share_files_and_retention_removes_what_no_version_needs(dirs, tmp_path):
+    checkpoint, local = dirs
+    state = wl.partition_state(checkpoint, local, snapshot_interval=2, min_batches_to_retain=3)
+    uploaded = []
+    for batch in range(12):
+        wl.run_batch(state, 1, batch, checkpoint)
+        uploaded += state.wait_for_snapshots()
+    root = os.path.join(checkpoint, "statestore", "0")
+    assert [m["version"] for m in uploaded] == [1, 3, 5, 7, 9]
+    assert any(m["uploaded_files"] < len(m["files"]) for m in uploaded)  # shared SSTs not uploaded again
+    assert snapshot_versions(state.durable) == [7, 9]
+    assert sorted(int(n.split(".")[0]) for n in os.listdir(root) if n.endswith(".changelog")) == [8, 9, 10, 11]
+    referenced = {f["durable"].split("/")[1] for m in uploaded[-2:] for f in m["files"] if f["durable"].startswith("sst/")}
+    assert set(os.listdir(os.path.join(root, "sst"))) == referenced
+    # every retained version is restorable on a new executor
+    for version in (8, 9, 10, 11):
+        fresh = wl.partition_state(checkpoint, str(tmp_path / f"fresh{version}"))
+        fresh.open(version + 1)
+        assert wl.state_of(fresh.store("kv"), fresh.store("win")) == wl.expected(1, version)
+        fresh.close()
+
+
+def test_versions_removed_by_retention_are_an_error_not_an_empty_state(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 16, snapshot_interval=4, min_batches_to_retain=2)
+    state = wl.partition_state(checkpoint, str(tmp_path / "fresh"))
+    with pytest.raises(MissingStateError, match=r"version 5 of partition 0 cannot be restored.*oldest changelog \(8\) builds on version 7"):
+        state.open(6)
+
+
+def test_second_opener_waits_then_fails_clearly(dirs):
+    checkpoint, local = dirs
+    first = wl.partition_state(checkpoint, local)
+    first.open(0)
+    with pytest.raises(StoreLockedError, match="held by another task.*waited 0.2s"):
+        wl.partition_state(checkpoint, local, lock_timeout=0.2).open(0)
+    threading.Timer(0.3, first.close).start()
+    second = wl.partition_state(checkpoint, local, lock_timeout=10)
+    second.open(0)
+    second.close()
+
+
+def test_concurrent_attempts_of_one_version_last_complete_wins(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 3)
+    a = wl.partition_state(checkpoint, str(tmp_path / "executor-a"))
+    b = wl.partition_state(checkpoint, str(tmp_path / "executor-b"))
+    a.open(3)
+    b.open(3)
+    a.store("kv").put(b"attempt", b"a")
+    for i in range(200):
+        b.store("kv").put(b"b%03d" % i, b"b")
+    b.prepare()
+    a.prepare()  # completes last: its changelog wins
+    a.close()
+    b.close()
+    with open(wl.commit_log(checkpoint), "a") as f:
+        f.write("3\n")
+    for where in ("executor-a", "executor-b", "executor-c"):
+        state = wl.partition_state(checkpoint, str(tmp_path / where))
+        state.open(4)
+        kv = dict(state.store("kv").all())
+        assert kv.get(b"attempt") == b"a" and b"b000" not in kv, where
+        state.close()
+
+
+def test_cache_entries_survive_only_at_the_version_they_were_filled(dirs, tmp_path):
+    checkpoint, local = dirs
+    cache = ThreadCache(1 << 20)
+    state = wl.partition_state(checkpoint, local, cache=cache)
+    wl.run_batch(state, 1, 0, checkpoint)
+    state.open(1)
+    key, value = wl.expected(1, 0)[0][0]
+    hits = cache.hits
+    assert state.store("kv").get(key) == value
+    assert cache.hits == hits + 1  # batch 0's entries are valid at version 0
+    wl.apply_ops(wl.batch_ops(1, 1), state.store("kv"), state.store("win"))
+    state.prepare()
+    state.close()
+    with open(wl.commit_log(checkpoint), "a") as f:
+        f.write("1\n")
+    # another executor advances the partition: what this worker cached is stale now
+    other = wl.partition_state(checkpoint, str(tmp_path / "other"))
+    wl.run_batch(other, 1, 2, checkpoint)
+    wl.run_batch(other, 1, 3, checkpoint)
+    state.open(4)
+    assert wl.state_of(state.store("kv"), state.store("win")) == wl.expected(1, 3)
+    state.close()
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "prepare:after-local-write",
+        "prepare:after-publish",
+        "open:after-apply",
+        "apply:after-chunk",
+        "snapshot:after-file",
+        "snapshot:after-manifest",
+        "retention:after-manifests",
+        "retention:after-changelogs",
+    ],
+)
+def test_exception_at_each_step_then_reopen_gives_the_last_committed_version(dirs, tmp_path, point):
+    checkpoint, local = dirs
+    fired = []
+
+    def fail_once(name):
+        if name == point and not fired:
+            fired.append(name)
+            raise RuntimeError(f"injected at {name}")
+
+    kwargs = dict(snapshot_interval=2, min_batches_to_retain=2, uncommitted_max_bytes=200, apply_chunk_bytes=100)
+    with faults.injected(fail_once):
+        for _ in range(20):
+            try:
+                run(checkpoint, local, 9, **kwargs)
+                break
+            except RuntimeError:
+                continue  # the driver re-runs the batch that did not commit
+    assert fired, f"{point} was never reached"
+    last = wl.last_committed(checkpoint)
+    assert last == 8
+    assert wl.read_state(checkpoint, local) == wl.expected(1, last)
+    assert wl.read_state(checkpoint, str(tmp_path / "fresh")) == wl.expected(1, last)
+
+
+def test_spilled_batches_round_trip(dirs, tmp_path):
+    checkpoint, local = dirs
+    run(checkpoint, local, 8, uncommitted_max_bytes=0, snapshot_interval=3)
+    assert wl.read_state(checkpoint, local) == wl.expected(1, 7)
+    assert wl.read_state(checkpoint, str(tmp_path / "fresh")) == wl.expected(1, 7)
+
+
+def test_bad_arguments(dirs):
+    checkpoint, local = dirs
+    with pytest.raises(ValueError, match="partition must be at least 0, got -1"):
+        PartitionState(checkpoint, -1, [], local_dir=local)
+    with pytest.raises(ValueError, match="snapshot_interval must be at least 1, got 0"):
+        PartitionState(checkpoint, 0, [], local_dir=local, snapshot_interval=0)
+    with pytest.raises(ValueError, match="stores must have distinct names"):
+        PartitionState(checkpoint, 0, [StoreSpec.key_value("a"), StoreSpec.key_value("a")], local_dir=local)
+    with pytest.raises(ValueError, match="checkpoint location must be a non-empty string"):
+        PartitionState("", 0, [], local_dir=local)
+    with pytest.raises(ValueError, match="The retention period of the window store w must be no smaller"):
+        StoreSpec.window("w", 5, 10)
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("a")], local_dir=local)
+    with pytest.raises(ValueError, match="batch_id must be at least 0, got -3"):
+        state.open(-3)
+    state.open(0)
+    with pytest.raises(KeyError, match="no store 'b'; it has \\['a'\\]"):
+        state.store("b")
+    state.close()
