@@ -73,13 +73,18 @@ class Stores:
 
     @staticmethod
     def in_memory_window_store(
-        name: str, retention_period: Any, window_size: Any, retain_duplicates: bool = False
+        name: str,
+        retention_period: Any,
+        window_size: Any,
+        retain_duplicates: bool = False,
+        *,
+        clock: str = "records",
     ) -> WindowStore:
-        """A KIP-428 in-memory window store."""
+        """A KIP-428 in-memory window store (`clock`: see `WindowStore`)."""
         name, retention, size, dups = window_store_parameters(
             name, retention_period, window_size, retain_duplicates
         )
-        return InMemoryWindowStore(name, retention, size, dups)
+        return InMemoryWindowStore(name, retention, size, dups, clock)
 
     @staticmethod
     def persistent_window_store(
@@ -92,8 +97,10 @@ class Stores:
         *,
         wal: bool = True,
         uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
+        clock: str = "records",
     ) -> WindowStore:
-        """A transactional RocksDB window store in its own database directory `path`."""
+        """A transactional RocksDB window store in its own database directory `path`
+        (`clock`: see `WindowStore`)."""
         name, retention, size, dups = window_store_parameters(
             name, retention_period, window_size, retain_duplicates
         )
@@ -101,7 +108,7 @@ class Stores:
         interval = window_segment_interval(segment_interval)
         db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            return db.window_store(name, retention, size, dups, interval, on_close=db.close)
+            return db.window_store(name, retention, size, dups, interval, on_close=db.close, clock=clock)
         except BaseException:
             db.close()
             raise

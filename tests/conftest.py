@@ -67,3 +67,27 @@ def window_factory(request, tmp_path):
     yield make
     for store in made:
         store.close()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local[2,4] SparkSession for every Spark test (4 attempts per task, so Spark
+    retries tasks that fail)."""
+    pyspark_sql = pytest.importorskip("pyspark.sql")
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = (
+        pyspark_sql.SparkSession.builder.master("local[2,4]")
+        .appName("spark_statestore-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -362,3 +362,48 @@ def test_persistent_expiry_drops_whole_segments(tmp_path):
     assert starts[0] == 850
     assert [w.window.start for w, _ in store.fetch_all(0, 2000)][0] == 900
     store.close()
+
+
+# -- an external clock ---------------------------------------------------------------------
+
+
+def test_external_clock_only_advance_stream_time_moves_stream_time(window_factory, tmp_path):
+    if window_factory.kind == "memory":
+        store = Stores.in_memory_window_store("w", 100, 10, clock="external")
+    else:
+        store = Stores.persistent_window_store("w", tmp_path / "ext", 100, 10, segment_interval=10, clock="external")
+    store.put(b"a", b"far", 5000)  # does not move the clock: nothing expires
+    store.put(b"a", b"early", 0)
+    assert store.observed_stream_time == -1
+    assert [t for t, _ in store.fetch(b"a", 0, 10_000)] == [0, 5000]
+    store.advance_stream_time(150)  # live from 51 on
+    assert store.observed_stream_time == 150
+    assert [t for t, _ in store.fetch(b"a", 0, 10_000)] == [5000]
+    store.put(b"b", b"late", 50)
+    assert store.metrics.dropped_records_total == 1
+    store.advance_stream_time(100)  # earlier times change nothing
+    assert store.observed_stream_time == 150
+    with pytest.raises(ValueError, match="time must be between 0"):
+        store.advance_stream_time(-5)
+    if store.persistent:
+        store.commit()
+        store.close()
+        store = Stores.persistent_window_store("w", tmp_path / "ext", 100, 10, segment_interval=10, clock="external")
+        assert store.observed_stream_time == 150
+    store.close()
+    with pytest.raises(ValueError, match="clock must be one of"):
+        Stores.in_memory_window_store("w", 100, 10, clock="wall")
+
+
+def test_cached_store_with_external_clock_passes_advances_to_the_store():
+    from spark_statestore import ThreadCache
+
+    inner = Stores.in_memory_window_store("w", 100, 10, clock="external")
+    cached = Stores.caching(inner, ThreadCache(10_000))
+    cached.put(b"a", b"1", 500)
+    assert cached.observed_stream_time == -1
+    cached.advance_stream_time(550)  # reaches the store at once, even with nothing to flush
+    assert cached.observed_stream_time == 550 and inner.observed_stream_time == 550
+    assert list(inner.fetch(b"a", 0, 1000)) == []
+    cached.flush()
+    assert list(inner.fetch(b"a", 0, 1000)) == [(500, b"1")]

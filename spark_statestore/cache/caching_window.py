@@ -38,7 +38,7 @@ class CachingWindowStore(CachingLayer, WindowStore):
                 f"for such stores too)"
             )
         WindowStore.__init__(
-            self, inner.name, inner.retention_period, inner.window_size, False, on_close=self._close_inner
+            self, inner.name, inner.retention_period, inner.window_size, False, self._close_inner, inner.clock
         )
         self._attach(inner, cache, on_flush, send_old_values, namespace)
         self.metrics = inner.metrics
@@ -53,7 +53,7 @@ class CachingWindowStore(CachingLayer, WindowStore):
         if not self._open:
             raise self._closed()
         key, value, window_start = check_window_put(key, value, window_start)
-        if window_start > self._stream_time:
+        if window_start > self._stream_time and self._records_advance:
             self._stream_time = window_start
         if window_start <= self.observed_stream_time - self.retention_period:
             self.metrics.dropped_records_total += 1
@@ -109,11 +109,14 @@ class CachingWindowStore(CachingLayer, WindowStore):
             yield Windowed(entry_key[8:], window), value
 
     def advance_stream_time(self, time: int) -> None:
+        """Advance the cache's and the store's stream time (cached entries of windows that
+        expire stay until flushed or evicted, but reads no longer return them)."""
         if not self._open:
             raise self._closed()
         time = check_time(time, "time")
         if time > self._stream_time:
             self._stream_time = time
+        self._inner.advance_stream_time(time)
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """Write what is still live; forward every change (an update made while its window

@@ -72,6 +72,7 @@ class StoreSpec:
     retain_duplicates: bool = False
     segment_interval: int | None = None
     cached: bool = True
+    clock: str = "records"
 
     @staticmethod
     def key_value(name: str, cached: bool = True) -> "StoreSpec":
@@ -85,10 +86,13 @@ class StoreSpec:
         retain_duplicates: bool = False,
         segment_interval: Any = None,
         cached: bool = True,
+        clock: str = "records",
     ) -> "StoreSpec":
         name, retention, size, dups = window_store_parameters(
             name, retention_period, window_size, retain_duplicates
         )
+        if clock not in ("records", "external"):
+            raise ValueError(f"clock must be 'records' or 'external', got {clock!r}")
         return StoreSpec(
             check_store_name(name),
             "window",
@@ -97,6 +101,7 @@ class StoreSpec:
             dups,
             window_segment_interval(segment_interval),
             cached and not dups,
+            clock,
         )
 
 
@@ -417,7 +422,12 @@ class PartitionState:
         for spec in self.specs:
             if spec.kind == "window":
                 store = db.window_store(
-                    spec.name, spec.retention_period, spec.window_size, spec.retain_duplicates, spec.segment_interval
+                    spec.name,
+                    spec.retention_period,
+                    spec.window_size,
+                    spec.retain_duplicates,
+                    spec.segment_interval,
+                    clock=spec.clock,
                 )
             elif spec.kind == "key_value":
                 store = db.key_value_store(spec.name)

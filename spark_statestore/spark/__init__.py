@@ -1,0 +1,21 @@
+"""Spark adapters: stores inside PySpark's stateful operators, committed with each
+micro-batch (the thin layer over `spark_statestore.checkpoint.PartitionState`)."""
+
+from spark_statestore.spark.declarations import KeyValue, Window
+from spark_statestore.spark.frames import check_columns, epoch_millis
+from spark_statestore.spark.metrics import StateStoreMetrics
+from spark_statestore.spark.processor import StoreProcessor, metrics_for
+from spark_statestore.spark.settings import StateStoreSettings
+from spark_statestore.spark.task_state import TaskState
+
+__all__ = [
+    "KeyValue",
+    "StateStoreMetrics",
+    "StateStoreSettings",
+    "StoreProcessor",
+    "TaskState",
+    "Window",
+    "check_columns",
+    "epoch_millis",
+    "metrics_for",
+]

@@ -221,7 +221,14 @@ class WindowStore(StateStore, ABC):
     The public read methods validate their arguments, narrow the time range to live
     windows and track the iterator; implementations provide `_read_key` and
     `_read_range`, which yield the records of an already-valid range.
+
+    `clock` says what advances the observed stream time: `"records"` (KIP-428: every
+    put, up to its window start) or `"external"` (only `advance_stream_time`, for callers
+    that own the clock, such as Spark's watermark: records then never expire each other
+    in the order they happen to be processed).
     """
+
+    CLOCKS = ("records", "external")
 
     def __init__(
         self,
@@ -230,11 +237,16 @@ class WindowStore(StateStore, ABC):
         window_size: int,
         retain_duplicates: bool,
         on_close: Callable[[], Any] | None = None,
+        clock: str = "records",
     ) -> None:
         super().__init__(name, on_close)
+        if clock not in self.CLOCKS:
+            raise ValueError(f"clock must be one of {self.CLOCKS}, got {clock!r}")
         self.retention_period = retention_period
         self.window_size = window_size
         self.retain_duplicates = retain_duplicates
+        self.clock = clock
+        self._records_advance = clock == "records"
         self.metrics = WindowStoreMetrics()
 
     @property

@@ -42,9 +42,14 @@ class InMemoryWindowStore(WindowStore):
     persistent = False
 
     def __init__(
-        self, name: str, retention_period: int, window_size: int, retain_duplicates: bool = False
+        self,
+        name: str,
+        retention_period: int,
+        window_size: int,
+        retain_duplicates: bool = False,
+        clock: str = "records",
     ) -> None:
-        super().__init__(name, retention_period, window_size, retain_duplicates)
+        super().__init__(name, retention_period, window_size, retain_duplicates, clock=clock)
         self._segments = SortedMap(eager=True)
         self._stream_time = -1
         self._holds: weakref.WeakSet[_Hold] = weakref.WeakSet()
@@ -59,7 +64,7 @@ class InMemoryWindowStore(WindowStore):
         if not self._open:
             raise self._closed()
         key, value, window_start = check_window_put(key, value, window_start)
-        if window_start > self._stream_time:
+        if window_start > self._stream_time and self._records_advance:
             self._stream_time = window_start
         self._expire()
         if window_start <= self._stream_time - self.retention_period:

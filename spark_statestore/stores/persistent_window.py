@@ -53,8 +53,9 @@ class RocksDBWindowStore(WindowStore):
         retain_duplicates: bool = False,
         segment_interval: int | None = None,
         on_close: Callable[[], Any] | None = None,
+        clock: str = "records",
     ) -> None:
-        super().__init__(name, retention_period, window_size, retain_duplicates, on_close)
+        super().__init__(name, retention_period, window_size, retain_duplicates, on_close, clock)
         self._ks = keyspace
         self.segment_interval = segment_interval or default_segment_interval(retention_period)
         self.reload()
@@ -103,7 +104,7 @@ class RocksDBWindowStore(WindowStore):
         if not self._open:
             raise self._closed()
         key, value, window_start = check_window_put(key, value, window_start)
-        if window_start > self._stream_time:
+        if window_start > self._stream_time and self._records_advance:
             self._observe(window_start)
         if window_start <= self._stream_time - self.retention_period:
             self.metrics.dropped_records_total += 1

@@ -142,6 +142,7 @@ class TransactionalDatabase:
         retain_duplicates: bool = False,
         segment_interval: int | None = None,
         on_close: Any = None,
+        clock: str = "records",
     ) -> Any:
         """The transactional window store `name` of this database (parameters validated by
         `Stores.persistent_window_store`)."""
@@ -150,7 +151,7 @@ class TransactionalDatabase:
         spec = {"kind": "window", "retain_duplicates": retain_duplicates, "window_size": window_size}
         keyspace = self._new_keyspace(name, spec)
         store = TransactionalWindowStore(
-            name, keyspace, self, retention_period, window_size, retain_duplicates, segment_interval, on_close
+            name, keyspace, self, retention_period, window_size, retain_duplicates, segment_interval, on_close, clock
         )
         self._stores[name] = store
         return store
@@ -305,6 +306,7 @@ class TransactionalDatabase:
                 store.window_size,
                 store.retain_duplicates,
                 store.segment_interval,
+                clock=store.clock,
             )
             allowed = WINDOW_READS
         else:

@@ -90,8 +90,9 @@ class TransactionalWindowStore(TransactionalStore, RocksDBWindowStore):
         retain_duplicates: bool = False,
         segment_interval: int | None = None,
         on_close: Callable[[], Any] | None = None,
+        clock: str = "records",
     ) -> None:
         super().__init__(
-            name, keyspace, retention_period, window_size, retain_duplicates, segment_interval, on_close
+            name, keyspace, retention_period, window_size, retain_duplicates, segment_interval, on_close, clock
         )
         self._database = database

@@ -1,0 +1,211 @@
+"""Windowed event counts with spark_statestore window stores, exactly once.
+
+Counts events per key in tumbling (10 s) and sliding (30 s, every 10 s) event-time windows
+with a 5 s grace period, in `transformWithStateInPandas`. Each count lives in a RocksDB
+window store in the Python worker; a window's final count is written once, when the
+watermark passes its end plus the grace period (an event-time timer), and events that
+arrive later than that are dropped and counted in the metrics.
+
+Run it with no arguments (`./dev example`): it generates a stream of files with event times
+and some late events, processes it on a local Spark and stops when the input is done. It
+also runs under spark-submit::
+
+    spark-submit examples/windowed_counts.py --workdir /tmp/windowed_counts
+
+`--continuous` keeps generating input and processing it until interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+
+from spark_statestore import Serdes
+from spark_statestore.spark import StoreProcessor, Window, check_columns, epoch_millis
+
+OUTPUT_SCHEMA = "key string, kind string, window_start long, window_end long, count long"
+INPUT_SCHEMA = "key string, ts long"
+
+
+class WindowedCounts(StoreProcessor):
+    """Counts per key in tumbling and sliding windows; emits each window once, when closed."""
+
+    def __init__(
+        self,
+        checkpoint_location: str,
+        *,
+        tumbling_ms: int = 10_000,
+        sliding_ms: int = 30_000,
+        slide_ms: int = 10_000,
+        grace_ms: int = 5_000,
+        time_column: str = "ts",
+        spark: Any = None,
+    ) -> None:
+        if sliding_ms % slide_ms:
+            raise ValueError(f"sliding_ms must be a multiple of slide_ms, got {sliding_ms} and {slide_ms}")
+        self.windows = {"tumbling": (tumbling_ms, tumbling_ms), "sliding": (sliding_ms, slide_ms)}
+        self.grace_ms = grace_ms
+        self.time_column = time_column
+        # retention = size + grace: with the watermark clock a window stays until its timer fired
+        self.stores = [
+            Window(kind, size + grace_ms, size, key_serde=Serdes.string(), value_serde=Serdes.int64())
+            for kind, (size, _) in self.windows.items()
+        ]
+        super().__init__(checkpoint_location, spark=spark)
+
+    def process_rows(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[pd.DataFrame]:
+        frame = pd.concat(list(rows), ignore_index=True)
+        check_columns(frame, {self.time_column: "integer"}, where="windowed_counts input")
+        times = epoch_millis(frame[self.time_column])
+        if (times < 0).any():
+            raise ValueError(f"windowed_counts input column {self.time_column!r} has negative event times")
+        name = key[0]
+        for kind, (size, slide) in self.windows.items():
+            store = self.store(kind)
+            live_after = store.observed_stream_time - store.retention_period
+            first = times - times % slide
+            starts = np.concatenate([first - j * slide for j in range(size // slide)])
+            starts = starts[starts >= 0]
+            for start, count in zip(*np.unique(starts, return_counts=True), strict=True):
+                start, count = int(start), int(count)
+                if start <= live_after:
+                    store.put(name, count, start)  # late: the store drops and counts it
+                    continue
+                store.put(name, (store.get(name, start) or 0) + count, start)
+                self.handle.registerTimer(start + size + self.grace_ms)
+        return iter(())
+
+    def process_timer(self, key: Any, timer_values: Any, expired_timer_info: Any) -> Iterator[pd.DataFrame]:
+        expiry = expired_timer_info.getExpiryTimeInMs()
+        name = key[0]
+        out = []
+        for kind, (size, _) in self.windows.items():
+            start = expiry - self.grace_ms - size
+            store = self.store(kind)
+            count = store.get(name, start) if start >= 0 else None
+            if count:
+                out.append((name, kind, start, start + size, count))
+                store.put(name, None, start)  # emitted: nothing needs it any more
+        if out:
+            yield pd.DataFrame(out, columns=["key", "kind", "window_start", "window_end", "count"])
+
+
+def generate(input_dir: str, files: int, events_per_file: int, keys: int = 8, seed: int = 7, start: int = 0) -> None:
+    """Files of events: event time advances ~10 s per file; 5% of events are late by up to 40 s."""
+    rng = random.Random(seed + start)
+    os.makedirs(input_dir, exist_ok=True)
+    for n in range(start, start + files):
+        rows = []
+        for _ in range(events_per_file):
+            ts = n * 10_000 + rng.randrange(10_000)
+            if rng.random() < 0.05:
+                ts = max(0, ts - rng.randrange(5_000, 40_000))
+            rows.append((f"sensor-{rng.randrange(keys)}", ts))
+        temp = os.path.join(input_dir, f".{n:05d}.json.tmp")
+        pd.DataFrame(rows, columns=["key", "ts"]).to_json(temp, orient="records", lines=True)
+        os.replace(temp, os.path.join(input_dir, f"{n:05d}.json"))
+
+
+def build_query(spark: Any, workdir: str, processor: WindowedCounts, trigger: dict) -> Any:
+    from pyspark.sql import functions as F
+
+    events = (
+        spark.readStream.schema(INPUT_SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(os.path.join(workdir, "input"))
+        .withColumn("event_time", F.timestamp_millis("ts"))
+        .withWatermark("event_time", "10 seconds")
+    )
+    counts = events.groupBy("key").transformWithStateInPandas(
+        processor, OUTPUT_SCHEMA, "Append", "EventTime"
+    )
+    return (
+        counts.writeStream.format("parquet")
+        .option("path", os.path.join(workdir, "output"))
+        .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
+        .trigger(**trigger)
+        .queryName("windowed_counts")
+        .start()
+    )
+
+
+def session(master: str | None) -> Any:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("windowed_counts")
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        builder = builder.master(master or "local[*]")
+    return (
+        builder.config("spark.sql.streaming.stateStore.providerClass",
+                       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", default=os.path.abspath("out/windowed_counts"),
+                        help="input, output and checkpoint go here (default: ./out/windowed_counts)")
+    parser.add_argument("--files", type=int, default=12, help="input files to generate (one per micro-batch)")
+    parser.add_argument("--events-per-file", type=int, default=2_000)
+    parser.add_argument("--continuous", action="store_true", help="keep generating and processing until Ctrl-C")
+    parser.add_argument("--fresh", action="store_true", help="delete the workdir first")
+    parser.add_argument("--master", default=None, help="Spark master (default: local[*] unless spark-submit sets one)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.fresh:
+        shutil.rmtree(args.workdir, ignore_errors=True)
+    input_dir = os.path.join(args.workdir, "input")
+    existing = len([n for n in os.listdir(input_dir) if n.endswith(".json")]) if os.path.isdir(input_dir) else 0
+    generate(input_dir, args.files, args.events_per_file, start=existing)
+
+    spark = session(args.master)
+    spark.sparkContext.setLogLevel("WARN")
+    processor = WindowedCounts(os.path.join(args.workdir, "checkpoint"))
+    print(f"input:      {input_dir}")
+    print(f"output:     {os.path.join(args.workdir, 'output')}  (parquet)")
+    print(f"checkpoint: {os.path.join(args.workdir, 'checkpoint')}  (state under statestore/)")
+    if args.continuous:
+        stop = threading.Event()
+
+        def feed() -> None:
+            n = existing + args.files
+            while not stop.wait(2.0):
+                generate(input_dir, 1, args.events_per_file, start=n)
+                n += 1
+
+        threading.Thread(target=feed, daemon=True).start()
+        query = build_query(spark, args.workdir, processor, {"processingTime": "2 seconds"})
+        try:
+            while query.isActive:
+                time.sleep(10)
+                print(processor.metrics.recent(3).to_string(index=False))
+        except KeyboardInterrupt:
+            stop.set()
+            query.stop()
+    else:
+        query = build_query(spark, args.workdir, processor, {"availableNow": True})
+        query.awaitTermination()
+    output = spark.read.parquet(os.path.join(args.workdir, "output"))
+    print(f"\n{output.count()} final window counts, for example:")
+    output.orderBy("window_start", "kind", "key").show(8, truncate=False)
+    metrics = processor.metrics.recent(100)
+    if not metrics.empty:
+        print(f"batches: {len(metrics)}, rows written to state: {int(metrics['rows_written'].sum())}, "
+              f"late window updates dropped: {int(metrics['dropped_records'].sum())}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

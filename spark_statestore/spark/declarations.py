@@ -1,0 +1,82 @@
+"""How a Spark processor declares its stores: kind, name, parameters and serdes.
+
+Window stores in Spark run on the *watermark clock* by default: records do not advance
+their stream time; at the end of each micro-batch it advances to that batch's watermark.
+So during batch N the stream time is the watermark of batch N-1, the same for every
+partition and every attempt: a record is late when its window ended more than the
+retention period (window size + grace) before that, wherever and in whatever order it is
+processed, and a window whose event-time timer fires in batch N (its end + grace passed
+the watermark of N, not of N-1) is still there to be emitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_statestore.checkpoint.partition import StoreSpec
+from spark_statestore.serde import BytesSerde, Serde
+
+CLOCKS = ("watermark", "records")
+
+
+def _typed(store: Any, key_serde: Serde, value_serde: Serde) -> Any:
+    if isinstance(key_serde, BytesSerde) and isinstance(value_serde, BytesSerde):
+        return store
+    return store.typed(key_serde, value_serde)
+
+
+@dataclass(frozen=True)
+class KeyValue:
+    """A key-value store of the partition."""
+
+    name: str
+    key_serde: Serde = field(default_factory=BytesSerde)
+    value_serde: Serde = field(default_factory=BytesSerde)
+    cached: bool = True
+
+    def __post_init__(self) -> None:
+        self.spec()
+
+    def spec(self) -> StoreSpec:
+        return StoreSpec.key_value(self.name, self.cached)
+
+    def typed(self, store: Any) -> Any:
+        return _typed(store, self.key_serde, self.value_serde)
+
+
+@dataclass(frozen=True)
+class Window:
+    """A window store of the partition (`clock`: `"watermark"` or `"records"`)."""
+
+    name: str
+    retention_period: Any
+    window_size: Any
+    retain_duplicates: bool = False
+    segment_interval: Any = None
+    key_serde: Serde = field(default_factory=BytesSerde)
+    value_serde: Serde = field(default_factory=BytesSerde)
+    cached: bool = True
+    clock: str = "watermark"
+
+    def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        self.spec()
+
+    def spec(self) -> StoreSpec:
+        return StoreSpec.window(
+            self.name,
+            self.retention_period,
+            self.window_size,
+            self.retain_duplicates,
+            self.segment_interval,
+            self.cached,
+            "external" if self.clock == "watermark" else "records",
+        )
+
+    def typed(self, store: Any) -> Any:
+        return _typed(store, self.key_serde, self.value_serde)
+
+
+Declaration = KeyValue | Window

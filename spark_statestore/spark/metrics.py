@@ -1,0 +1,201 @@
+"""Task metrics of the state layer, gathered per micro-batch on the driver.
+
+Each task adds one record (batch, partition, attempt and what it measured) to an
+accumulator in `close()`; accumulator updates reach the driver before the batch's
+`onQueryProgress`. A `StreamingQueryListener` then drains the accumulator, keeps one
+record per (query, batch, partition) - the latest attempt, since a re-run batch may
+report twice - and keeps a per-batch summary for `recent()`, logged to the driver log.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import threading
+from typing import Any
+
+from pyspark.accumulators import AccumulatorParam
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+log = logging.getLogger("spark_statestore.spark")
+
+SUMMED = (
+    "rows_written",
+    "changelog_bytes",
+    "spills",
+    "cache_hits",
+    "cache_misses",
+    "cache_evictions",
+    "cache_flushes",
+    "dropped_records",
+    "changelogs_applied",
+    "restored",
+)
+MAXED = ("open_seconds", "restore_seconds", "prepare_seconds", "uncommitted_bytes_peak")
+
+
+class TaskRecordsParam(AccumulatorParam):
+    """An accumulator of task records: lists, extended in place (so the driver can drain
+    the list it holds while tasks' updates are merged into it)."""
+
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, value1: list, value2: list) -> list:
+        value1.extend(value2)
+        return value1
+
+
+def summarize(records: list[dict]) -> dict:
+    """One batch: sums of counters and maxima of latencies over its partitions."""
+    out: dict[str, Any] = {
+        "query_id": records[0].get("query_id"),
+        "batch_id": records[0]["batch_id"],
+        "partitions": len(records),
+        "attempts": sum(1 for r in records if r.get("attempt", 0) > 0),
+    }
+    for key in SUMMED:
+        out[key] = sum(int(r.get(key, 0) or 0) for r in records)
+    for key in MAXED:
+        out[key] = max(float(r.get(key, 0) or 0) for r in records)
+    return out
+
+
+class StateStoreMetrics:
+    """Driver-side collector: `recent()` per batch, `tasks()` per partition."""
+
+    def __init__(self, spark: Any, keep_batches: int = 1000) -> None:
+        self.accumulator = spark.sparkContext.accumulator([], TaskRecordsParam())
+        self._lock = threading.Lock()
+        self._tasks: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
+        self._batches: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
+        self._keep = keep_batches
+        self._logger = _driver_logger(spark)
+        self._listener = _Listener(self)
+        self._spark = spark
+        self._late: dict[tuple, int] = {}
+        spark.streams.addListener(self._listener)
+        # before pyspark's own exit handler stops the JVM: a listener left registered makes
+        # the JVM call back into a Python that is gone
+        atexit.register(self.stop)
+
+    def drain(self) -> list[dict]:
+        """Move new task records into the per-batch tables; returns the batches updated."""
+        pending = self.accumulator.value
+        count = len(pending)
+        new = pending[:count]
+        del pending[:count]
+        touched = set()
+        with self._lock:
+            for record in new:
+                task_key = (record.get("query_id"), record["batch_id"], record["partition"])
+                previous = self._tasks.get(task_key)
+                if previous is None or (record["attempt"], record["task_attempt_id"]) >= (
+                    previous["attempt"],
+                    previous["task_attempt_id"],
+                ):
+                    self._tasks[task_key] = record
+                touched.add(task_key[:2])
+            summaries = []
+            for batch_key in sorted(touched, key=lambda k: (str(k[0]), k[1])):
+                records = [r for k, r in self._tasks.items() if k[:2] == batch_key]
+                summary = summarize(records)
+                summary["rows_dropped_by_watermark"] = self._late.get((str(batch_key[0]), batch_key[1]), 0)
+                self._batches[batch_key] = summary
+                summaries.append(summary)
+            while len(self._batches) > self._keep:
+                old, _ = self._batches.popitem(last=False)
+                for key in [k for k in self._tasks if k[:2] == old]:
+                    del self._tasks[key]
+                self._late.pop((str(old[0]), old[1]), None)
+        return summaries
+
+    def _report(self, summaries: list[dict]) -> None:
+        for s in summaries:
+            message = (
+                f"spark_statestore batch {s['batch_id']}: partitions={s['partitions']} "
+                f"rows_written={s['rows_written']} changelog_bytes={s['changelog_bytes']} "
+                f"uncommitted_peak={s['uncommitted_bytes_peak']:.0f} spills={s['spills']} "
+                f"cache hits/misses/evictions/flushes={s['cache_hits']}/{s['cache_misses']}/"
+                f"{s['cache_evictions']}/{s['cache_flushes']} dropped={s['dropped_records']} "
+                f"late_rows={s.get('rows_dropped_by_watermark', 0)} "
+                f"open={s['open_seconds']:.3f}s prepare={s['prepare_seconds']:.3f}s restored={s['restored']}"
+            )
+            self._logger(message)
+
+    def recent(self, batches: int = 20) -> Any:
+        """The latest batches' summaries as a pandas DataFrame (one row per batch)."""
+        import pandas as pd
+
+        self.drain()
+        with self._lock:
+            rows = list(self._batches.values())[-batches:]
+        return pd.DataFrame(rows)
+
+    def tasks(self) -> Any:
+        """Every kept task record as a pandas DataFrame (one row per batch and partition)."""
+        import pandas as pd
+
+        self.drain()
+        with self._lock:
+            return pd.DataFrame(list(self._tasks.values()))
+
+    def record_progress(self, progress: Any) -> None:
+        """Keep Spark's count of input rows it dropped as late (behind the watermark)."""
+        late = sum(int(op.numRowsDroppedByWatermark or 0) for op in (progress.stateOperators or []))
+        key = (str(progress.id), int(progress.batchId))
+        with self._lock:
+            self._late[key] = late
+            summary = self._batches.get((key[0], key[1]))
+            if summary is not None:
+                summary["rows_dropped_by_watermark"] = late
+
+    def stop(self) -> None:
+        """Stop listening (the collected metrics stay readable). Events Spark already queued
+        are delivered first, so no call reaches a Python that has gone away."""
+        try:
+            self._spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
+        except Exception:
+            pass
+        try:
+            self._spark.streams.removeListener(self._listener)
+        except Exception:  # the session may be stopped already
+            pass
+
+
+class _Listener(StreamingQueryListener):
+    def __init__(self, metrics: StateStoreMetrics) -> None:
+        self._metrics = metrics
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            progress = getattr(event, "progress", None)
+            if progress is not None:
+                self._metrics.record_progress(progress)
+            self._metrics._report(self._metrics.drain())
+        except Exception:  # a listener must never break the query
+            log.warning("spark_statestore metrics listener failed", exc_info=True)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        self.onQueryProgress(event)
+
+
+def _driver_logger(spark: Any):
+    """Log through Spark's log4j (the driver log), else Python logging."""
+    try:
+        jlogger = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("spark_statestore")
+
+        def emit(message: str) -> None:
+            jlogger.info(message)
+            log.info(message)
+
+        return emit
+    except Exception:
+        return log.info

@@ -1,0 +1,132 @@
+"""`spark.conf` settings of the state layer (API.md), read and checked on the driver.
+
+They are read when a processor is built, so a bad value fails there, before any task
+runs, with a `ValueError` naming the key and the value; the checked values travel to the
+tasks inside the pickled processor. Byte sizes accept Spark's notation (`64m`, `10mb`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from spark_statestore.spark.slots import cache_bytes_per_task
+from spark_statestore.txn.isolation import IsolationLevel
+
+ISOLATION_LEVEL = "spark.statestore.isolationLevel"
+CACHE_MAX_BYTES = "spark.statestore.cache.maxBytes"
+UNCOMMITTED_MAX_BYTES = "spark.statestore.uncommitted.maxBytes"
+SNAPSHOT_INTERVAL = "spark.statestore.snapshotInterval"
+MIN_BATCHES_TO_RETAIN = "spark.statestore.minBatchesToRetain"
+LOCAL_DIR = "spark.statestore.localDir"
+LOCK_TIMEOUT = "spark.statestore.lockTimeout"
+
+DEFAULTS = {
+    ISOLATION_LEVEL: "READ_COMMITTED",
+    CACHE_MAX_BYTES: "10485760",
+    UNCOMMITTED_MAX_BYTES: "67108864",
+    SNAPSHOT_INTERVAL: "10",
+    MIN_BATCHES_TO_RETAIN: "100",
+    LOCK_TIMEOUT: "120",
+}
+_SLOT_KEYS = ("spark.master", "spark.executor.cores", "spark.task.cpus")
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
+_SIZE = re.compile(r"^\s*(-?\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(key: str, value: str, minimum: int) -> int:
+    """A byte size (`10485760`, `10m`, `64mb`) of at least `minimum`."""
+    match = _SIZE.match(str(value))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _UNITS:
+        raise ValueError(f"{key} must be a byte size such as 10485760 or 10m, got {value!r}")
+    number = int(match.group(1)) * _UNITS[unit]
+    if number < minimum:
+        raise ValueError(f"{key} must be at least {minimum}, got {value!r}")
+    return number
+
+
+def parse_int(key: str, value: str, minimum: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{key} must be an integer, got {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"{key} must be at least {minimum}, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class StateStoreSettings:
+    """Checked values of the `spark.statestore.*` settings."""
+
+    isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED
+    cache_max_bytes: int = 10 << 20
+    uncommitted_max_bytes: int = 64 << 20
+    snapshot_interval: int = 10
+    min_batches_to_retain: int = 100
+    local_dir: str | None = None
+    lock_timeout: float = 120.0
+    slot_conf: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_conf(cls, get: Callable[[str], str | None]) -> "StateStoreSettings":
+        """Settings from a lookup of configuration keys (None = not set)."""
+
+        def value(key: str) -> str:
+            found = get(key)
+            return DEFAULTS[key] if found is None else found
+
+        isolation = value(ISOLATION_LEVEL)
+        try:
+            level = IsolationLevel.parse(isolation, ISOLATION_LEVEL)
+        except ValueError:
+            raise ValueError(
+                f"{ISOLATION_LEVEL} must be READ_COMMITTED or READ_UNCOMMITTED, got {isolation!r}"
+            ) from None
+        local_dir = get(LOCAL_DIR)
+        if local_dir is not None and not local_dir.strip():
+            raise ValueError(f"{LOCAL_DIR} must be a directory path, got {local_dir!r}")
+        slots = {k: v for k in _SLOT_KEYS if (v := get(k)) is not None}
+        settings = cls(
+            isolation_level=level,
+            cache_max_bytes=parse_bytes(CACHE_MAX_BYTES, value(CACHE_MAX_BYTES), 0),
+            uncommitted_max_bytes=parse_bytes(UNCOMMITTED_MAX_BYTES, value(UNCOMMITTED_MAX_BYTES), -1),
+            snapshot_interval=parse_int(SNAPSHOT_INTERVAL, value(SNAPSHOT_INTERVAL), 1),
+            min_batches_to_retain=parse_int(MIN_BATCHES_TO_RETAIN, value(MIN_BATCHES_TO_RETAIN), 1),
+            local_dir=local_dir,
+            lock_timeout=float(parse_int(LOCK_TIMEOUT, value(LOCK_TIMEOUT), 0)),
+            slot_conf=slots,
+        )
+        settings.cache_bytes_per_task()  # checks spark.task.cpus
+        return settings
+
+    @classmethod
+    def from_spark(cls, spark: Any) -> "StateStoreSettings":
+        """Settings of a SparkSession (session conf first, then the SparkContext's)."""
+        context_conf = spark.sparkContext.getConf()
+
+        def get(key: str) -> str | None:
+            found = spark.conf.get(key, None)
+            return found if found is not None else context_conf.get(key, None)
+
+        return cls.from_conf(get)
+
+    def cache_bytes_per_task(self) -> int:
+        """This executor's share of `spark.statestore.cache.maxBytes` for one task."""
+        return cache_bytes_per_task(self.cache_max_bytes, self.slot_conf)
+
+    def resolve_local_dir(self) -> str:
+        """Where local RocksDB copies live in this process: the configured directory, else
+        next to Spark's local directories (they survive the application, so a restart on
+        the same machine finds its copies), else the system temporary directory."""
+        if self.local_dir:
+            return self.local_dir
+        spark_dirs = os.environ.get("SPARK_LOCAL_DIRS") or os.environ.get("LOCAL_DIRS")
+        if spark_dirs:
+            first = spark_dirs.split(",")[0].rstrip("/")
+            return os.path.join(os.path.dirname(first) or first, "spark-statestore")
+        return os.path.join(tempfile.gettempdir(), "spark-statestore")

@@ -1,0 +1,40 @@
+"""What a Spark task knows about itself (from its TaskContext)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """The micro-batch, partition and attempt a task runs."""
+
+    batch_id: int
+    partition: int
+    attempt: int
+    task_attempt_id: int
+    query_id: str | None
+    stage_id: int
+
+
+def current_task() -> TaskInfo | None:
+    """The running streaming task, or None outside one (the driver's pre-init call)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return None
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    if batch is None:
+        raise RuntimeError(
+            "spark_statestore state is only available in streaming queries: this task has no "
+            "streaming.sql.batchId (was the DataFrame read with spark.read instead of spark.readStream?)"
+        )
+    return TaskInfo(
+        batch_id=int(batch),
+        partition=context.partitionId(),
+        attempt=context.attemptNumber(),
+        task_attempt_id=context.taskAttemptId(),
+        query_id=context.getLocalProperty("sql.streaming.queryId"),
+        stage_id=context.stageId(),
+    )

@@ -1,0 +1,185 @@
+"""Stores inside transformWithStateInPandas, end to end on local[2,4].
+
+The windowed-count job of examples/windowed_counts.py must write exactly the counts of a
+batch reference computed from its input, while tasks fail and are retried, a Python
+worker is killed in the middle of a batch, the query is stopped and restarted, and the
+local state is lost between batches.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pytest
+
+import spark_jobs
+import windowed_reference
+from spark_statestore.checkpoint import PartitionState
+from spark_statestore.spark import KeyValue, StoreProcessor
+
+pytestmark = pytest.mark.spark
+windowed_counts = spark_jobs.windowed_counts
+
+
+@pytest.fixture
+def job(spark, tmp_path):
+    """A work directory with generated input, and this test's own local state directory."""
+    workdir = str(tmp_path / "job")
+    spark.conf.set("spark.statestore.localDir", str(tmp_path / "local-state"))
+    spark.conf.set("spark.statestore.snapshotInterval", "3")
+    yield workdir
+    for key in ("spark.statestore.localDir", "spark.statestore.snapshotInterval"):
+        spark.conf.unset(key)
+
+
+def run(spark, workdir, processor):
+    query = windowed_counts.build_query(spark, workdir, processor, {"availableNow": True})
+    query.awaitTermination()
+    assert query.exception() is None
+    return query
+
+
+def check_output(spark, workdir):
+    actual = pd.read_parquet(os.path.join(workdir, "output"))
+    expected = windowed_reference.reference(os.path.join(workdir, "checkpoint"))
+    assert len(expected) > 20
+    difference = windowed_reference.compare(actual, expected)
+    assert difference is None, difference
+
+
+def tasks_of(processor, query):
+    tasks = processor.metrics.tasks()
+    return tasks[tasks["query_id"] == str(query.id)]
+
+
+def test_windowed_counts_match_the_batch_reference(spark, job):
+    windowed_counts.generate(os.path.join(job, "input"), 6, 120, keys=6)
+    processor = windowed_counts.WindowedCounts(os.path.join(job, "checkpoint"))
+    query = run(spark, job, processor)
+    check_output(spark, job)
+    tasks = tasks_of(processor, query)
+    committed = os.listdir(os.path.join(job, "checkpoint", "commits"))
+    assert set(tasks["batch_id"]) == {int(n) for n in committed if n.isdigit()}
+    assert set(tasks["partition"]) == {0, 1}
+    assert (tasks["rows_written"] > 0).any()
+    recent = processor.metrics.recent(100)
+    assert {"batch_id", "rows_written", "uncommitted_bytes_peak", "cache_hits", "open_seconds"} <= set(recent.columns)
+
+
+def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):
+    windowed_counts.generate(os.path.join(job, "input"), 7, 120, keys=6)
+    processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), raise_in={1, 4})
+    query = run(spark, job, processor)
+    check_output(spark, job)
+    retried = tasks_of(processor, query).query("attempt > 0")
+    assert set(retried["batch_id"]) == {1, 4}
+
+
+def test_exactly_once_when_a_python_worker_is_killed_mid_batch(spark, job):
+    windowed_counts.generate(os.path.join(job, "input"), 7, 120, keys=6)
+    processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), kill_in={2, 5})
+    query = run(spark, job, processor)
+    check_output(spark, job)
+    retried = tasks_of(processor, query).query("attempt > 0")
+    assert {2, 5} <= set(retried["batch_id"])
+
+
+def test_exactly_once_across_stop_and_restart(spark, job):
+    inputs = os.path.join(job, "input")
+    windowed_counts.generate(inputs, 4, 120, keys=6)
+    first = windowed_counts.WindowedCounts(os.path.join(job, "checkpoint"))
+    run(spark, job, first)
+    windowed_counts.generate(inputs, 4, 120, keys=6, start=4)
+    second = windowed_counts.WindowedCounts(os.path.join(job, "checkpoint"))  # a new driver
+    query = run(spark, job, second)
+    check_output(spark, job)
+    assert query.recentProgress[0]["batchId"] > 0  # it carried on, it did not start over
+
+
+def test_exactly_once_when_local_state_is_lost_between_batches(spark, job):
+    windowed_counts.generate(os.path.join(job, "input"), 8, 120, keys=6)
+    processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), wipe_local_in={3, 6})
+    query = run(spark, job, processor)
+    check_output(spark, job)
+    restored = tasks_of(processor, query).query("restored > 0")
+    assert {3, 6} <= set(restored["batch_id"])
+
+
+class Totals(StoreProcessor):
+    """A running total per key (Update mode), for the lifecycle tests."""
+
+    stores = [KeyValue("totals")]
+
+    def process_rows(self, key, rows, timer_values):
+        totals = self.store("totals")
+        name = key[0].encode()
+        total = int(totals.get(name) or b"0") + sum(len(frame) for frame in rows)
+        totals.put(name, b"%d" % total)
+        yield pd.DataFrame({"key": [key[0]], "total": [total]})
+
+
+def test_driver_pre_init_opens_no_state_and_state_is_per_partition(spark, job, tmp_path):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))
+    inputs = os.path.join(job, "input")
+    windowed_counts.generate(inputs, 3, 50, keys=4)
+    checkpoint = os.path.join(job, "checkpoint")
+    processor = Totals(checkpoint)
+    events = spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
+    out = events.groupBy("key").transformWithStateInPandas(processor, "key string, total long", "Update", "None")
+    query = (
+        out.writeStream.format("memory").queryName("totals_test").option("checkpointLocation", checkpoint)
+        .outputMode("update").trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    # the driver's own init()/close() (no TaskContext) created nothing: only partitions did
+    assert sorted(os.listdir(os.path.join(checkpoint, "statestore"))) == ["0", "1"]
+    last = spark.sql("select key, max(total) as total from totals_test group by key").toPandas()
+    expected = pd.concat(pd.read_json(os.path.join(inputs, n), lines=True) for n in sorted(os.listdir(inputs)))
+    assert dict(zip(last["key"], last["total"], strict=True)) == expected["key"].value_counts().to_dict()
+
+
+def test_bad_input_rows_fail_with_the_column_and_leave_committed_state(spark, job, tmp_path):
+    inputs = os.path.join(job, "input")
+    windowed_counts.generate(inputs, 2, 50, keys=4)
+    checkpoint = os.path.join(job, "checkpoint")
+    run(spark, job, windowed_counts.WindowedCounts(checkpoint))
+    before = _partition_states(checkpoint, tmp_path / "before", spark)
+    with open(os.path.join(inputs, "00002.json"), "w") as f:
+        f.write('{"key": "sensor-1", "ts": 25000}\n{"key": "sensor-2"}\n')  # no event time
+    query = windowed_counts.build_query(spark, job, windowed_counts.WindowedCounts(checkpoint), {"availableNow": True})
+    with pytest.raises(Exception, match="column 'ts' has 1 null value"):
+        query.awaitTermination()
+    assert _partition_states(checkpoint, tmp_path / "after", spark) == before
+
+
+def _partition_states(checkpoint, local, spark):
+    """Every partition's committed state, read on a fresh local directory."""
+    commits = os.path.join(checkpoint, "commits")
+    last = max(int(n) for n in os.listdir(commits) if n.isdigit())
+    specs = [w.spec() for w in windowed_counts.WindowedCounts(checkpoint, spark=spark).stores]
+    out = {}
+    for partition in (0, 1):
+        state = PartitionState(checkpoint, partition, specs, local_dir=str(local))
+        state.open(last + 1)
+        out[partition] = {name: [(w.key, w.window.start, v) for w, v in store.all()] for name, store in state.stores.items()}
+        state.close()
+    return out
+
+
+def test_settings_are_checked_on_the_driver(spark, job):
+    spark.conf.set("spark.statestore.cache.maxBytes", "lots")
+    try:
+        with pytest.raises(ValueError, match="spark.statestore.cache.maxBytes must be a byte size .* got 'lots'"):
+            windowed_counts.WindowedCounts(os.path.join(job, "checkpoint"))
+    finally:
+        spark.conf.unset("spark.statestore.cache.maxBytes")
+
+
+def test_unwritable_checkpoint_location_is_named(spark, tmp_path):
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where a directory should be")
+    with pytest.raises(ValueError, match=f"checkpoint location '{blocked}/ckpt' is not writable"):
+        windowed_counts.WindowedCounts(str(blocked / "ckpt"))
