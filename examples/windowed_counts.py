@@ -44,15 +44,17 @@ class WindowedCounts(StoreProcessor):
         checkpoint_location: str,
         *,
         tumbling_ms: int = 10_000,
-        sliding_ms: int = 30_000,
+        sliding_ms: int | None = 30_000,
         slide_ms: int = 10_000,
         grace_ms: int = 5_000,
         time_column: str = "ts",
         spark: Any = None,
     ) -> None:
-        if sliding_ms % slide_ms:
-            raise ValueError(f"sliding_ms must be a multiple of slide_ms, got {sliding_ms} and {slide_ms}")
-        self.windows = {"tumbling": (tumbling_ms, tumbling_ms), "sliding": (sliding_ms, slide_ms)}
+        self.windows = {"tumbling": (tumbling_ms, tumbling_ms)}
+        if sliding_ms is not None:  # None: tumbling windows only
+            if sliding_ms % slide_ms:
+                raise ValueError(f"sliding_ms must be a multiple of slide_ms, got {sliding_ms} and {slide_ms}")
+            self.windows["sliding"] = (sliding_ms, slide_ms)
         self.grace_ms = grace_ms
         self.time_column = time_column
         # retention = size + grace: with the watermark clock a window stays until its timer fired
@@ -202,8 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     output.orderBy("window_start", "kind", "key").show(8, truncate=False)
     metrics = processor.metrics.recent(100)
     if not metrics.empty:
+        late = int(metrics["rows_dropped_by_watermark"].sum() + metrics["dropped_records"].sum())
         print(f"batches: {len(metrics)}, rows written to state: {int(metrics['rows_written'].sum())}, "
-              f"late window updates dropped: {int(metrics['dropped_records'].sum())}")
+              f"late events dropped: {late}")
+    processor.metrics.stop()
     spark.stop()
 
 
