@@ -65,12 +65,14 @@ class WindowedCounts(StoreProcessor):
         super().__init__(checkpoint_location, spark=spark)
 
     def process_rows(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[pd.DataFrame]:
+        name = key[0]
+        if name is None:
+            raise ValueError("windowed_counts input column 'key' has null values")
         frame = pd.concat(list(rows), ignore_index=True)
         check_columns(frame, {self.time_column: "integer"}, where="windowed_counts input")
         times = epoch_millis(frame[self.time_column])
         if (times < 0).any():
             raise ValueError(f"windowed_counts input column {self.time_column!r} has negative event times")
-        name = key[0]
         for kind, (size, slide) in self.windows.items():
             store = self.store(kind)
             live_after = store.observed_stream_time - store.retention_period

@@ -53,7 +53,10 @@ def tasks_of(processor, query):
     return tasks[tasks["query_id"] == str(query.id)]
 
 
-def test_windowed_counts_match_the_batch_reference(spark, job):
+def test_windowed_counts_match_the_batch_reference(spark, job, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="spark_statestore.spark")
     windowed_counts.generate(os.path.join(job, "input"), 6, 120, keys=6)
     processor = windowed_counts.WindowedCounts(os.path.join(job, "checkpoint"))
     query = run(spark, job, processor)
@@ -65,6 +68,7 @@ def test_windowed_counts_match_the_batch_reference(spark, job):
     assert (tasks["rows_written"] > 0).any()
     recent = processor.metrics.recent(100)
     assert {"batch_id", "rows_written", "uncommitted_bytes_peak", "cache_hits", "open_seconds"} <= set(recent.columns)
+    assert any("spark_statestore batch 3: partitions=2" in r.getMessage() for r in caplog.records)
 
 
 def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):
@@ -72,8 +76,10 @@ def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):
     processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), raise_in={1, 4})
     query = run(spark, job, processor)
     check_output(spark, job)
-    retried = tasks_of(processor, query).query("attempt > 0")
+    tasks = tasks_of(processor, query)
+    retried = tasks.query("attempt > 0")
     assert set(retried["batch_id"]) == {1, 4}
+    assert tasks.groupby(["batch_id", "partition"]).size().max() == 1  # one attempt counted once
 
 
 def test_exactly_once_when_a_python_worker_is_killed_mid_batch(spark, job):
@@ -104,6 +110,54 @@ def test_exactly_once_when_local_state_is_lost_between_batches(spark, job):
     check_output(spark, job)
     restored = tasks_of(processor, query).query("restored > 0")
     assert {3, 6} <= set(restored["batch_id"])
+
+
+class Peek(StoreProcessor):
+    """Writes one value per key, then reports what a read-only view of the store sees."""
+
+    stores = [KeyValue("seen")]
+
+    def process_rows(self, key, rows, timer_values):
+        seen = self.store("seen")
+        name = b"%s/%d/" % (key[0].encode(), self.batch_id)  # new in every batch
+        for frame in rows:
+            for i in range(len(frame)):
+                seen.put(name + b"%d" % i, b"x" * 100)
+        view = self.view("seen")
+        yield pd.DataFrame({"key": [key[0]], "visible": [view.get(name + b"0") is not None]})
+
+
+def test_settings_take_effect_in_tasks(spark, job):
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(__import__(__name__))
+    inputs = os.path.join(job, "input")
+    windowed_counts.generate(inputs, 2, 60, keys=3)
+
+    def run_peek(name):
+        checkpoint = os.path.join(job, name)
+        processor = Peek(checkpoint)
+        events = spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
+        out = events.groupBy("key").transformWithStateInPandas(processor, "key string, visible boolean", "Update", "None")
+        query = (out.writeStream.format("memory").queryName(name).option("checkpointLocation", checkpoint)
+                 .outputMode("update").trigger(availableNow=True).start())
+        query.awaitTermination()
+        return processor, query, spark.sql(f"select * from {name}").toPandas()
+
+    spark.conf.set("spark.statestore.uncommitted.maxBytes", "1k")
+    spark.conf.set("spark.statestore.cache.maxBytes", "0")
+    try:
+        processor, query, rows = run_peek("peek_committed")
+        tasks = tasks_of(processor, query)
+        assert tasks["spills"].sum() > 0  # the tiny uncommitted limit reached the tasks
+        assert tasks["cache_hits"].sum() == 0 and tasks["cache_misses"].sum() == 0  # no cache at all
+        assert not rows["visible"].any()  # READ_COMMITTED (the default) sees the batch start only
+        spark.conf.set("spark.statestore.isolationLevel", "READ_UNCOMMITTED")
+        _, _, rows = run_peek("peek_uncommitted")
+        assert rows["visible"].all()
+    finally:
+        for key in ("uncommitted.maxBytes", "cache.maxBytes", "isolationLevel"):
+            spark.conf.unset(f"spark.statestore.{key}")
 
 
 class Totals(StoreProcessor):

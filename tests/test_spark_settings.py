@@ -1,0 +1,82 @@
+"""spark.conf settings and input checks, without a SparkSession."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from spark_statestore import IsolationLevel
+from spark_statestore.spark import StateStoreSettings, check_columns, epoch_millis
+from spark_statestore.spark.settings import parse_bytes
+
+
+def settings(**conf):
+    return StateStoreSettings.from_conf(conf.get)
+
+
+def test_defaults_match_the_documented_ones():
+    s = settings()
+    assert s.isolation_level is IsolationLevel.READ_COMMITTED
+    assert (s.cache_max_bytes, s.uncommitted_max_bytes) == (10485760, 67108864)
+    assert (s.snapshot_interval, s.min_batches_to_retain) == (10, 100)
+    assert s.local_dir is None
+
+
+def test_values_and_byte_sizes():
+    s = StateStoreSettings.from_conf(
+        {
+            "spark.statestore.isolationLevel": "read_uncommitted",
+            "spark.statestore.cache.maxBytes": "64m",
+            "spark.statestore.uncommitted.maxBytes": "-1",
+            "spark.statestore.snapshotInterval": "5",
+            "spark.statestore.minBatchesToRetain": "20",
+            "spark.statestore.localDir": "/data/state",
+            "spark.master": "local[4]",
+        }.get
+    )
+    assert s.isolation_level is IsolationLevel.READ_UNCOMMITTED
+    assert s.cache_max_bytes == 64 << 20 and s.cache_bytes_per_task() == 16 << 20
+    assert s.uncommitted_max_bytes == -1
+    assert (s.snapshot_interval, s.min_batches_to_retain, s.resolve_local_dir()) == (5, 20, "/data/state")
+    assert parse_bytes("k", "10 KB", 0) == 10240
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("spark.statestore.isolationLevel", "SERIALIZABLE", "must be READ_COMMITTED or READ_UNCOMMITTED, got 'SERIALIZABLE'"),
+        ("spark.statestore.cache.maxBytes", "-5", "must be at least 0, got '-5'"),
+        ("spark.statestore.cache.maxBytes", "ten", "must be a byte size such as 10485760 or 10m, got 'ten'"),
+        ("spark.statestore.uncommitted.maxBytes", "-2", "must be at least -1, got '-2'"),
+        ("spark.statestore.snapshotInterval", "0", "must be at least 1, got '0'"),
+        ("spark.statestore.minBatchesToRetain", "x", "must be an integer, got 'x'"),
+        ("spark.statestore.localDir", " ", "must be a directory path, got ' '"),
+        ("spark.task.cpus", "0", "spark.task.cpus must be at least 1"),
+    ],
+)
+def test_bad_values_name_key_and_value(key, value, message):
+    with pytest.raises(ValueError, match=message if message.startswith(key) else f"{key} {message}"):
+        settings(**{key: value})
+
+
+def test_local_dir_defaults_next_to_spark_local_dirs(monkeypatch):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", "/mnt/disk1/blockmgr-1234,/mnt/disk2/blockmgr-1234")
+    assert settings().resolve_local_dir() == "/mnt/disk1/spark-statestore"
+
+
+def test_check_columns():
+    frame = pd.DataFrame({"key": ["a", "b"], "ts": [1, 2], "f": [1.0, None], "s": ["x", 1]})
+    check_columns(frame, {"key": "string", "ts": "integer"})
+    with pytest.raises(ValueError, match=r"input is missing column\(s\) \['when'\]"):
+        check_columns(frame, {"when": "integer"})
+    with pytest.raises(ValueError, match="input column 'f' has 1 null value"):
+        check_columns(frame, {"f": "number"})
+    with pytest.raises(TypeError, match="input column 'key' must be integer, got dtype object"):
+        check_columns(frame, {"key": "integer"})
+    with pytest.raises(TypeError, match="column 's' must be string"):
+        check_columns(frame, {"s": "string"})
+    floats = pd.DataFrame({"ts": [1.0, 2.0]})  # what Arrow makes of integers next to nulls
+    check_columns(floats, {"ts": "integer"})
+    assert epoch_millis(floats["ts"]).tolist() == [1, 2]
+    stamps = pd.DataFrame({"t": pd.to_datetime([1000, 2000], unit="ms")})
+    assert epoch_millis(stamps["t"]).tolist() == [1000, 2000]
