@@ -18,6 +18,9 @@ availableNow and a noop sink; rows/s = input rows / query wall time, after a war
 (0) runs the same per-key loop without any state: the floor Spark and the Python
 operator set; the time each query spends above it is what its state costs.
 
+  (e) the same logic per partition (mapInPandas on the input repartitioned by key),
+      stores behind the record cache, and (f) with spark.statestore.cache.maxBytes=0
+
     python benchmarks/spark_state.py [--rows N] [--keys K] [--files F]
 """
 
@@ -49,7 +52,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout  # noqa: E402
 
 import windowed_counts  # noqa: E402
 from spark_statestore import Serdes  # noqa: E402
-from spark_statestore.spark import KeyValue, StoreProcessor  # noqa: E402
+from spark_statestore.spark import KeyValue, StoreProcessor, partition_function  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 cloudpickle.register_pickle_by_value(windowed_counts)
@@ -119,6 +122,25 @@ class NativeLogic(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def partition_logic(batches: Iterator[pd.DataFrame], stores: Any) -> Iterator[pd.DataFrame]:
+    """(e) the same per-partition (mapInPandas): the partition's rows in arrival order."""
+    aggs, recents = stores["agg"], stores["recent"]
+    seen = {}
+    for frame in batches:
+        for name, value in zip(frame["key"].tolist(), frame["value"].tolist(), strict=True):
+            count, total = aggs.get(name) or (0, 0.0)
+            aggs.put(name, (count + 1, total + value))
+            recent = recents.get(name) or []
+            recent.append(value)
+            recents.put(name, recent[-RECENT:])
+            seen[name] = None
+    rows = []
+    for name in seen:
+        count, total = aggs.get(name)
+        rows.append((name, count, total, float(np.mean(recents.get(name)))))
+    yield pd.DataFrame(rows, columns=["key", "count", "total", "recent_mean"])
 
 
 def group_state_logic(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
@@ -210,6 +232,18 @@ def main() -> None:
             group_state_logic, OUTPUT, "count long, total double, recent string", "Update", GroupStateTimeout.NoTimeout
         )
 
+    def partition_query(checkpoint: str) -> Any:
+        fn = partition_function(partition_logic, checkpoint, StoresLogic.stores, partitions=2, arrow=False,
+                                emit_changes=False)
+        return events().repartition(2, "key").mapInPandas(fn, OUTPUT)
+
+    def uncached_partition_query(checkpoint: str) -> Any:
+        spark.conf.set("spark.statestore.cache.maxBytes", "0")  # read when the function is built
+        try:
+            return partition_query(checkpoint)
+        finally:
+            spark.conf.unset("spark.statestore.cache.maxBytes")
+
     def windowed_stores_query(checkpoint: str) -> Any:
         processor = windowed_counts.WindowedCounts(checkpoint, sliding_ms=None)
         return events().groupBy("key").transformWithStateInPandas(processor, windowed_counts.OUTPUT_SCHEMA, "Append", "EventTime")
@@ -225,6 +259,8 @@ def main() -> None:
             ("(a) stores in transformWithStateInPandas", stores_query, "update"),
             ("(b) transformWithStateInPandas ValueState/ListState", native_query, "update"),
             ("(c) applyInPandasWithState GroupState", group_state_query, "update"),
+            ("(e) stores per partition (mapInPandas), cache on", partition_query, "append"),
+            ("(f) stores per partition (mapInPandas), cache off", uncached_partition_query, "append"),
             ("(a') window stores in transformWithStateInPandas: windowed count", windowed_stores_query, "append"),
             ("(d) Spark SQL window aggregation: windowed count", windowed_sql_query, "append"),
         ]:

@@ -113,6 +113,20 @@ class Bench:
 
         self.record(label, "get", len(lookups), best_time(store_get), best_time(floor_get))
 
+        chunks = [lookups[i : i + 1000] for i in range(0, len(lookups), 1000)]
+
+        def store_get_all():
+            get_all = holder["s"].get_all
+            for chunk in chunks:
+                get_all(chunk)
+
+        def floor_get_all():
+            get_all = floor_ops["get_all"](holder["f"])
+            for chunk in chunks:
+                get_all(chunk)
+
+        self.record(label, "get_all (1000 keys)", len(lookups), best_time(store_get_all), best_time(floor_get_all))
+
         sk = self.sorted_keys
 
         def store_range():
@@ -261,7 +275,11 @@ def sorted_dict_ops():
         for k in d.irange(lo, hi):
             yield k, d[k]
 
-    return {"put": lambda d: d.__setitem__, "get": lambda d: d.get, "range": scan}
+    def get_all(d):
+        get = d.get
+        return lambda keys: [get(k) for k in keys]
+
+    return {"put": lambda d: d.__setitem__, "get": lambda d: d.get, "get_all": get_all, "range": scan}
 
 
 def rocksdict_ops():
@@ -271,7 +289,7 @@ def rocksdict_ops():
                 break
             yield k, v
 
-    return {"put": lambda db: db.put, "get": lambda db: db.get, "range": scan}
+    return {"put": lambda db: db.put, "get": lambda db: db.get, "get_all": lambda db: db.get, "range": scan}
 
 
 def sorted_window_floor(retention_holder):

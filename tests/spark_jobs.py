@@ -50,3 +50,52 @@ class FaultyCounts(windowed_counts.WindowedCounts):
         if first_attempt and self.batch_id in self.kill_in and self.keys_seen >= 2:
             os.kill(os.getpid(), signal.SIGKILL)  # state was written for some keys already
         return result
+
+
+def _task() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return int(context.getLocalProperty("streaming.sql.batchId")), context.attemptNumber()
+
+
+def _maybe_fail(batch: int, attempt: int, raise_in, kill_in) -> None:
+    if attempt == 0 and batch in raise_in:
+        raise RuntimeError(f"injected failure in batch {batch}")
+    if attempt == 0 and batch in kill_in:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def group_totals(raise_in=(), kill_in=()):
+    """applyInPandasWithState: a running total per key in a store, calls per key in the GroupState."""
+    import pandas as pd
+
+    def totals(key, frames, group_state, stores):
+        batch, attempt = _task()
+        store = stores["totals"]
+        total = (store.get(key[0]) or 0) + sum(len(frame) for frame in frames)
+        store.put(key[0], total)
+        calls = group_state.get[0] + 1 if group_state.exists else 1
+        group_state.update((calls,))
+        _maybe_fail(batch, attempt, raise_in, kill_in)
+        yield pd.DataFrame({"key": [key[0]], "total": [total], "batch_id": [batch], "calls": [calls]})
+
+    return totals
+
+
+def partition_totals(raise_in=(), kill_in=()):
+    """mapInArrow: running totals per key, vectorized (one get_all and one put per batch)."""
+    from collections import Counter
+
+    def totals(batches, stores):
+        batch_id, attempt = _task()
+        counts = stores["totals"]
+        for batch in batches:
+            added = Counter(batch.column("key").to_pylist())
+            keys = list(added)
+            current = counts.get_all(keys)
+            counts.put_columns(keys, [(c or 0) + added[k] for c, k in zip(current, keys, strict=True)])
+            _maybe_fail(batch_id, attempt, raise_in, kill_in)
+        return iter(())
+
+    return totals

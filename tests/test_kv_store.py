@@ -221,3 +221,51 @@ def test_factory_argument_errors(tmp_path):
         Stores.persistent_key_value_store("kv", None)
     with pytest.raises(ValueError, match="'__meta__' is reserved"):
         Stores.persistent_key_value_store("__meta__", tmp_path / "x")
+
+
+def test_get_all_answers_in_order_with_none_for_absent_keys(kv_store):
+    _fill(kv_store, [b"a", b"c"])
+    assert kv_store.get_all([b"c", b"b", b"a", b"c"]) == [b"C", None, b"A", b"C"]
+    assert kv_store.get_all([]) == []
+    with pytest.raises(TypeError, match="^key cannot be None$"):
+        kv_store.get_all([b"a", None])
+
+
+def test_get_all_sees_pending_and_committed_writes(tmp_path):
+    store = Stores.persistent_key_value_store("kv", tmp_path / "kv")
+    store.put_all([(b"a", b"1"), (b"b", b"2")])
+    store.commit()
+    store.put(b"b", b"changed")
+    store.delete(b"a")
+    store.put(b"c", b"new")
+    assert store.get_all([b"a", b"b", b"c", b"d"]) == [None, b"changed", b"new", None]
+    store.close()
+
+
+def test_cached_get_all_fills_the_cache():
+    from spark_statestore import ThreadCache
+
+    cache = ThreadCache(10_000)
+    inner = Stores.in_memory_key_value_store("kv")
+    inner.put_all([(b"a", b"1"), (b"b", b"2")])
+    cached = Stores.caching(inner, cache)
+    cached.put(b"c", b"3")
+    assert cached.get_all([b"a", b"c", b"x"]) == [b"1", b"3", None]
+    assert cache.misses == 2  # a and x went to the store
+    assert cached.get_all([b"a"]) == [b"1"] and cache.misses == 2  # a is cached now
+
+
+def test_typed_columns_from_numpy_pandas_and_arrow():
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    from spark_statestore import Serdes
+
+    typed = Stores.in_memory_key_value_store("kv").typed(Serdes.string(), Serdes.int64())
+    typed.put_columns(pd.Series(["x", "y"]), np.array([1, 2]))
+    typed.put_columns(pa.array(["z"]), pa.array([3]))
+    assert typed.get_all(pa.array(["x", "y", "z", "w"])) == [1, 2, 3, None]
+    assert typed.get_all(np.array(["z"])) == [3]
+    with pytest.raises(ValueError, match="keys and values must have the same length, got 2 and 1"):
+        typed.put_columns(["a", "b"], [1])

@@ -353,3 +353,27 @@ def test_bad_arguments(dirs):
     with pytest.raises(KeyError, match="no store 'b'; it has \\['a'\\]"):
         state.store("b")
     state.close()
+
+
+def test_partition_count_is_kept_and_a_different_count_is_refused(dirs, tmp_path):
+    from spark_statestore import StateStoreError
+    from spark_statestore.checkpoint.partition import check_partition_count
+
+    checkpoint, local = dirs
+    specs = [StoreSpec.key_value("kv")]
+    for batch in range(3):
+        state = PartitionState(checkpoint, 1, specs, local_dir=local, partitions=4)
+        state.open(batch)
+        state.store("kv").put(b"k", b"%d" % batch)
+        state.prepare()
+        state.close()
+    for where in (local, str(tmp_path / "new-executor")):  # local metadata, and changelog headers
+        state = PartitionState(checkpoint, 1, specs, local_dir=where, partitions=8)
+        with pytest.raises(StateStoreError, match=r"split into 4 partitions, but this query uses 8"):
+            state.open(3)
+    check_partition_count(checkpoint, 4)
+    check_partition_count(checkpoint, 4)  # the same count again is fine
+    with pytest.raises(ValueError, match="split into 4 partitions, but this query uses 2"):
+        check_partition_count(checkpoint, 2)
+    with pytest.raises(ValueError, match="partition 5 is out of range for 4 partitions"):
+        PartitionState(checkpoint, 5, specs, local_dir=local, partitions=4)

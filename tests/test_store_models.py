@@ -74,6 +74,10 @@ class KeyValueMachine(RuleBasedStateMachine):
     def get(self, key):
         assert self.store.get(key) == self.model.get(key)
 
+    @rule(keys=st.lists(KEYS, max_size=6))
+    def get_all(self, keys):
+        assert self.store.get_all(keys) == [self.model.get(k) for k in keys]
+
     @rule(lo=st.one_of(st.none(), KEYS), hi=st.one_of(st.none(), KEYS), reverse=st.booleans())
     def range(self, lo, hi, reverse):
         expected = sorted(

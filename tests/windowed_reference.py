@@ -14,48 +14,14 @@ batch's watermark decides which windows were written.
 
 from __future__ import annotations
 
-import json
-import os
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pandas as pd
 
+from spark_batches import batches as _batches
+
 WINDOWS = {"tumbling": (10_000, 10_000), "sliding": (30_000, 10_000)}
 GRACE = 5_000
-
-
-def _batches(checkpoint: str) -> tuple[list[int], dict[int, int], dict[int, list[str]]]:
-    """Committed batches, each batch's watermark, and the files each batch read.
-
-    The file source numbers its own log (one entry per batch that read files); a batch's
-    entry in the offset log says how far into that log it read (`logOffset`)."""
-    committed = sorted(int(n) for n in os.listdir(os.path.join(checkpoint, "commits")) if n.isdigit())
-    watermarks = {}
-    source_offsets = {}
-    for batch in committed:
-        with open(os.path.join(checkpoint, "offsets", str(batch))) as f:
-            lines = f.read().splitlines()
-        watermarks[batch] = json.loads(lines[1])["batchWatermarkMs"]
-        source_offsets[batch] = json.loads(lines[2])["logOffset"]
-    by_source_offset: dict[int, list[str]] = defaultdict(list)
-    source_log = os.path.join(checkpoint, "sources", "0")
-    seen = set()
-    for name in os.listdir(source_log):
-        if not (name.isdigit() or name.endswith(".compact")):
-            continue  # checksum files and the like
-        with open(os.path.join(source_log, name)) as f:
-            for line in f.read().splitlines()[1:]:
-                entry = json.loads(line)
-                if entry["path"] not in seen:
-                    seen.add(entry["path"])
-                    by_source_offset[entry["batchId"]].append(entry["path"].removeprefix("file://"))
-    files: dict[int, list[str]] = defaultdict(list)
-    previous = -1
-    for batch in committed:
-        for offset in range(previous + 1, source_offsets[batch] + 1):
-            files[batch].extend(by_source_offset.get(offset, []))
-        previous = source_offsets[batch]
-    return committed, watermarks, files
 
 
 def reference(checkpoint: str) -> pd.DataFrame:

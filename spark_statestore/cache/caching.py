@@ -67,6 +67,17 @@ class CachingLayer:
         return self._named
 
     @property
+    def send_old_values(self) -> bool:
+        """Whether forwarded changes carry the store's value before the flush."""
+        return self._send_old_values
+
+    @send_old_values.setter
+    def send_old_values(self, send: bool) -> None:
+        if not isinstance(send, bool):
+            raise TypeError(f"send_old_values must be a bool, got {send!r}")
+        self._send_old_values = send
+
+    @property
     def on_flush(self) -> OnFlush | None:
         """Where flushed changes are forwarded."""
         return self._on_flush

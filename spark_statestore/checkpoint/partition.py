@@ -58,6 +58,7 @@ log = logging.getLogger("spark_statestore.checkpoint")
 
 _VERSION_KEY = b"partition:committed_version"
 _SNAPSHOT_KEY = b"partition:snapshot_version"
+_PARTITIONS_KEY = b"partition:count"
 _STALE_SNAPSHOT_SECONDS = 3600.0
 
 
@@ -167,6 +168,7 @@ class PartitionState:
         lock_timeout: float = 60.0,
         retention_grace_seconds: float = 600.0,
         apply_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        partitions: int | None = None,
     ) -> None:
         self.partition = check_int(partition, "partition", 0)
         self.snapshot_interval = check_int(snapshot_interval, "snapshot_interval", 1)
@@ -184,6 +186,11 @@ class PartitionState:
         self.lock_timeout = lock_timeout
         self.retention_grace_seconds = retention_grace_seconds
         self.apply_chunk_bytes = check_int(apply_chunk_bytes, "apply_chunk_bytes", 1)
+        # how many partitions the state is split into, when the caller fixes it (kept in the
+        # state: a query cannot come back with another count)
+        self.partitions = None if partitions is None else check_int(partitions, "partitions", 1)
+        if self.partitions is not None and self.partition >= self.partitions:
+            raise ValueError(f"partition {self.partition} is out of range for {self.partitions} partitions")
         self.metrics = PartitionMetrics()
         self.batch_id: int | None = None
         self.version: int | None = None  # the version of the loaded state
@@ -213,6 +220,7 @@ class PartitionState:
         try:
             db, committed = self._load(batch_id - 1)
             try:
+                self._check_partition_count(db)
                 self._snapshot_if_due(db, committed)
                 self._open_stores(db, committed)
             except BaseException:
@@ -270,18 +278,18 @@ class PartitionState:
         """Apply the durable changelogs after `committed` up to `target`, in order."""
         for version in sorted(v for v in durable if committed < v <= target):
             changelog = self._changelog(version, durable[version])
+            recorded = changelog.header.get("partitions")
+            if self.partitions is not None and recorded is not None and recorded != self.partitions:
+                raise StateStoreError(_partition_count_message(self.checkpoint_location, recorded, self.partitions))
             if changelog.base_version != committed:
                 raise _ChainBroken(
                     f"changelog {self.durable.uri(changelog_name(version))} (version {version}) builds on "
                     f"version {changelog.base_version}, but the state is at version {committed}"
                 )
-            apply_changes(
-                db.db,
-                changelog.ranges(),
-                changelog.entries(),
-                {_VERSION_KEY: _encode_version(version)},
-                self.apply_chunk_bytes,
-            )
+            final = {_VERSION_KEY: _encode_version(version)}
+            if recorded is not None:
+                final[_PARTITIONS_KEY] = _encode_version(recorded)
+            apply_changes(db.db, changelog.ranges(), changelog.entries(), final, self.apply_chunk_bytes)
             faults.point("open:after-apply")
             committed = version
             self.metrics.changelogs_applied += 1
@@ -348,6 +356,18 @@ class PartitionState:
         self.metrics.restored = True
         self.metrics.restore_seconds = time.perf_counter() - started
         return db, committed
+
+    def _check_partition_count(self, db: TransactionalDatabase) -> None:
+        if self.partitions is None:
+            return
+        meta = db.db.column_family(META_COLUMN_FAMILY)
+        raw = meta.get(_PARTITIONS_KEY)
+        if raw is None:
+            meta.put(_PARTITIONS_KEY, _encode_version(self.partitions))
+            return
+        recorded = int.from_bytes(raw, "big", signed=True)
+        if recorded != self.partitions:
+            raise StateStoreError(_partition_count_message(self.checkpoint_location, recorded, self.partitions))
 
     def _check_history_starts_empty(self, target: int, durable: dict, problems: list[str]) -> None:
         """Rebuilding from nothing is right only if the durable history starts from nothing:
@@ -488,6 +508,8 @@ class PartitionState:
         temp = path + ".tmp"
         names = db.keyspace_names
         header = {"partition": self.partition, "version": version, "base_version": self.version, "stores": names}
+        if self.partitions is not None:
+            header["partitions"] = self.partitions
         with open(temp, "wb") as out:
             writer = ChangelogWriter(out, header)
             for index, name in enumerate(names):
@@ -533,6 +555,28 @@ class PartitionState:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _partition_count_message(location: str, recorded: int, wanted: int) -> str:
+    return (
+        f"the state in {location} is split into {recorded} partitions, but this query uses {wanted}: "
+        f"the partition count of a query's state cannot change (keep {recorded}, or start from a "
+        f"new checkpoint location)"
+    )
+
+
+def check_partition_count(location: str, partitions: int, filesystem: pafs.FileSystem | None = None) -> None:
+    """On the driver, before any task: record the partition count of the state under
+    `location`, or refuse a count different from the recorded one."""
+    fs, root = resolve_location(location, filesystem)
+    durable = DurableDir(fs, f"{root}/statestore")
+    try:
+        recorded = json.loads(durable.read_bytes("_partitions"))["partitions"]
+    except FileNotFoundError:
+        durable.publish_bytes("_partitions", json.dumps({"partitions": partitions}).encode("utf-8"))
+        return
+    if recorded != partitions:
+        raise ValueError(_partition_count_message(location, recorded, partitions))
 
 
 def _published_marker(info: pafs.FileInfo) -> dict:

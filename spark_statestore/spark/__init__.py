@@ -3,6 +3,8 @@ micro-batch (the thin layer over `spark_statestore.checkpoint.PartitionState`)."
 
 from spark_statestore.spark.declarations import KeyValue, Window
 from spark_statestore.spark.frames import check_columns, epoch_millis
+from spark_statestore.spark.group_state import with_stores
+from spark_statestore.spark.partitions import changes_schema, partition_function
 from spark_statestore.spark.metrics import StateStoreMetrics
 from spark_statestore.spark.processor import StoreProcessor, metrics_for
 from spark_statestore.spark.settings import StateStoreSettings
@@ -15,7 +17,10 @@ __all__ = [
     "StoreProcessor",
     "TaskState",
     "Window",
+    "changes_schema",
     "check_columns",
     "epoch_millis",
     "metrics_for",
+    "partition_function",
+    "with_stores",
 ]

@@ -27,12 +27,14 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
+from spark_statestore.checkpoint.partition import check_partition_count
 from spark_statestore.errors import StateStoreError
 from spark_statestore.spark.declarations import Declaration
 from spark_statestore.spark.metrics import StateStoreMetrics
 from spark_statestore.spark.settings import StateStoreSettings
 from spark_statestore.spark.task import current_task
 from spark_statestore.spark.task_state import StateConfig, TaskState, check_checkpoint_location, declarations_of
+from spark_statestore.validation import check_int
 
 _collectors: dict[int, StateStoreMetrics] = {}
 
@@ -46,7 +48,11 @@ def metrics_for(spark: Any) -> StateStoreMetrics:
 
 
 def state_config(
-    checkpoint_location: str, stores: Sequence[Declaration], operator: str, spark: Any = None
+    checkpoint_location: str,
+    stores: Sequence[Declaration],
+    operator: str,
+    spark: Any = None,
+    partitions: int | None = None,
 ) -> tuple[StateConfig, StateStoreMetrics]:
     """Build, on the driver, what tasks of an operator need to open their state."""
     from pyspark.sql import SparkSession
@@ -57,8 +63,10 @@ def state_config(
     settings = StateStoreSettings.from_spark(spark)
     declarations = declarations_of(stores)
     check_checkpoint_location(checkpoint_location)
+    if partitions is not None:
+        check_partition_count(checkpoint_location, check_int(partitions, "partitions", 1))
     metrics = metrics_for(spark)
-    config = StateConfig(checkpoint_location, declarations, settings, metrics.accumulator, operator)
+    config = StateConfig(checkpoint_location, declarations, settings, metrics.accumulator, operator, partitions)
     return config, metrics
 
 

@@ -71,6 +71,7 @@ class StateConfig:
     settings: StateStoreSettings
     accumulator: Any = None
     operator: str = "transformWithStateInPandas"
+    partitions: int | None = None
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.declarations]
@@ -106,11 +107,15 @@ class TaskState:
             uncommitted_max_bytes=settings.uncommitted_max_bytes,
             cache=cache,
             lock_timeout=settings.lock_timeout,
+            partitions=self.config.partitions,
         )
         self.partition.open(self.task.batch_id)
         _open_states[id(self)] = self
         self._typed = {d.name: d.typed(self.partition.store(d.name)) for d in self.config.declarations}
         return self
+
+    def __getitem__(self, name: str) -> Any:
+        return self.store(name)
 
     def store(self, name: str) -> Any:
         """The typed store `name`."""
@@ -139,8 +144,29 @@ class TaskState:
         if watermark_ms is not None and watermark_ms > self.watermark:
             self.watermark = watermark_ms
 
-    def finish(self) -> dict:
-        """Prepare the batch's changelog, release the partition, report the metrics."""
+    def forward_changes(self, callback: Any) -> list[str]:
+        """Send what each cached store forwards when it flushes (evictions, the end of the
+        partition) to `callback(store_name, changes)`, with old values; returns the cached
+        stores' names."""
+        assert self.partition is not None
+        cached = []
+        for name, store in self.partition.stores.items():
+            if hasattr(store, "named_cache"):
+                store.send_old_values = True
+                store.on_flush = lambda changes, name=name: callback(name, changes)
+                cached.append(name)
+        return cached
+
+    def flush_caches(self) -> None:
+        """Flush every record cache now (what `finish` would do first)."""
+        assert self.partition is not None
+        for store in self.partition.stores.values():
+            if hasattr(store, "named_cache"):
+                store.named_cache.flush()
+
+    def finish(self, report: bool = True) -> dict:
+        """Prepare the batch's changelog, release the partition, report the metrics (to the
+        accumulator, unless the record is being sent already: see `finish_at_task_end`)."""
         partition = self.partition
         if partition is None:
             raise StateStoreError("the task's state is not open")
@@ -159,7 +185,7 @@ class TaskState:
         self._release()
         record = self._record(metrics.as_dict(), dropped)
         accumulator = self.config.accumulator
-        if accumulator is not None:
+        if report and accumulator is not None:
             accumulator.add([record])
         return record
 
@@ -206,6 +232,32 @@ class TaskState:
             "watermark": self.watermark,
             "finished_at": time.time(),
         }
+
+
+class _FinishAtTaskEnd:
+    """A task's entry in the metrics accumulator that prepares the task's batch when it is
+    sent. A Python worker pickles its accumulators' values once the task's output is
+    complete and before the task reports success; for operators without an end-of-
+    partition hook (applyInPandasWithState) that is the end of the task. A failure here
+    fails the task, so Spark never commits a batch whose changelog was not written."""
+
+    def __init__(self, state: "TaskState") -> None:
+        self.state = state
+
+    def __reduce__(self) -> tuple:
+        return dict, (self.state.finish(report=False),)
+
+
+def state_of_current_task(config: StateConfig, task: TaskInfo) -> "TaskState":
+    """The state of the running task: opened by its first call, prepared when it ends."""
+    for state in _open_states.values():
+        if state.task.task_attempt_id == task.task_attempt_id and state.config is config:
+            return state
+    if config.accumulator is None:
+        raise StateStoreError("state that is prepared at the end of the task needs the metrics accumulator")
+    state = TaskState(config, task).open()
+    config.accumulator.add([_FinishAtTaskEnd(state)])
+    return state
 
 
 def declarations_of(stores: Sequence[Declaration]) -> tuple[Declaration, ...]:

@@ -146,6 +146,11 @@ class KeyValueStore(StateStore, ABC):
         for key, value in pairs:
             put(key, value)
 
+    def get_all(self, keys: Iterable[bytes]) -> list[bytes | None]:
+        """The values of many keys at once (None where absent), in the order given."""
+        get = self.get
+        return [get(key) for key in keys]
+
     def delete(self, key: bytes) -> bytes | None:
         """Remove `key`; returns the value it had."""
         previous = self.get(key)

@@ -22,6 +22,8 @@ class KeySpace(Protocol):
 
     def get(self, key: bytes) -> bytes | None: ...
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
+
     def put(self, key: bytes, value: bytes) -> None: ...
 
     def delete(self, key: bytes) -> None: ...
@@ -52,6 +54,10 @@ class MemoryKeySpace:
         self.get = self._map.data.get
         self.put = self._map.set
         self.delete = self._map.pop
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        get = self._map.data.get
+        return [get(key) for key in keys]
 
     def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         for key, value in pairs:
@@ -98,6 +104,7 @@ class ColumnFamilyKeySpace:
         cf = db.column_family(name)
         self._cf = cf
         self.get = cf.get
+        self.get_many = cf.get  # rocksdict's get of a list is a RocksDB multi-get
         self.put = cf.put
         self.delete = cf.delete
 

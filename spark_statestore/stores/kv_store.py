@@ -46,6 +46,12 @@ class KeySpaceKeyValueStore(KeyValueStore):
             key = check_key(key)
         return self._ks.get(key)
 
+    def get_all(self, keys: Iterable[bytes]) -> list[bytes | None]:
+        if not self._open:
+            raise self._closed()
+        checked = [k if type(k) is bytes else check_key(k) for k in keys]
+        return self._ks.get_many(checked) if checked else []
+
     def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
         if not self._open:
             raise self._closed()

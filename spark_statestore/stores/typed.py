@@ -15,6 +15,19 @@ from spark_statestore.stores.api import KeyValueStore, Windowed, WindowStore
 from spark_statestore.stores.iterators import StoreIterator
 
 
+def as_list(values: Any) -> list:
+    """A Python list from a list, tuple, numpy array, pandas Series or pyarrow array."""
+    if isinstance(values, list):
+        return values
+    to_pylist = getattr(values, "to_pylist", None)
+    if to_pylist is not None:
+        return to_pylist()
+    tolist = getattr(values, "tolist", None)
+    if tolist is not None:
+        return tolist()
+    return list(values)
+
+
 def _decoded(source: StoreIterator, decode_item) -> StoreIterator:
     def walk() -> Iterator[Any]:
         try:
@@ -74,6 +87,20 @@ class TypedKeyValueStore(_Typed):
 
     def put_all(self, pairs: Iterable[tuple[Any, Any]]) -> None:
         self.store.put_all([(self._ek(k), self._encode_value(v)) for k, v in pairs])
+
+    def get_all(self, keys: Any) -> list[Any]:
+        """The values of many keys (a list, numpy array, pandas Series or Arrow array)."""
+        ek, dv = self._ek, self._dv
+        raw = self.store.get_all([ek(k) for k in as_list(keys)])
+        return [None if v is None else dv(v) for v in raw]
+
+    def put_columns(self, keys: Any, values: Any) -> None:
+        """`put_all` over two columns of equal length (lists, numpy, pandas or Arrow)."""
+        keys, values = as_list(keys), as_list(values)
+        if len(keys) != len(values):
+            raise ValueError(f"keys and values must have the same length, got {len(keys)} and {len(values)}")
+        ek, ev = self._ek, self._encode_value
+        self.store.put_all([(ek(k), ev(v)) for k, v in zip(keys, values, strict=True)])
 
     def delete(self, key: Any) -> Any:
         return self._decode_value(self.store.delete(self._ek(key)))

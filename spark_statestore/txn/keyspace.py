@@ -117,6 +117,19 @@ class TransactionalKeySpace:
             return None
         return self.committed.get(key)
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """Many gets: pending writes answered from the buffer, the rest by one multi-get."""
+        if self.staging is not None or self.ranges:
+            return [self.get(key) for key in keys]
+        pending = self.pending.data
+        out: list = [pending.get(key, _MISSING) for key in keys]
+        missing = [i for i, value in enumerate(out) if value is _MISSING]
+        if missing:
+            found = self.committed.get_many([keys[i] for i in missing])
+            for i, value in zip(missing, found, strict=True):
+                out[i] = value
+        return out
+
     def _quiet(self, lo: bytes | None, hi: bytes | None) -> bool:
         """True when committed data alone answers reads of [lo, hi)."""
         if self.ranges or self.staging is not None:

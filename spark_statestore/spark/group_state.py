@@ -1,0 +1,63 @@
+"""applyInPandasWithState with spark_statestore stores beside the GroupState.
+
+    def running_totals(key, frames, group_state, stores):
+        totals = stores["totals"]
+        total = (totals.get(key[0]) or 0) + sum(len(f) for f in frames)
+        totals.put(key[0], total)
+        yield pd.DataFrame({"key": [key[0]], "total": [total]})
+
+    fn = with_stores(running_totals, checkpoint, [KeyValue("totals", Serdes.string(), Serdes.int64())])
+    df.groupBy("key").applyInPandasWithState(fn, "key string, total long", "count long", "Update", "NoTimeout")
+
+The operator calls the function once per key, with no hook at the start or end of a
+partition, and not at all for a partition without data. The wrapper opens the
+partition's state at the task's first call (the same `TaskState` as every adapter) and
+prepares the batch's changelog when the task ends, through the task's entry in the
+metrics accumulator, which the Python worker sends once the task's output is complete
+and before the task reports success (see `task_state._FinishAtTaskEnd`). So a batch's
+changes are durable before Spark commits the batch, a failed attempt prepares nothing,
+and the partition is released by the task itself: the next batch of the partition can
+run in any Python worker. (A worker whose task raises exits, releasing its locks.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+from spark_statestore.spark.declarations import Declaration
+from spark_statestore.spark.processor import state_config
+from spark_statestore.spark.task import current_task
+from spark_statestore.spark.task_state import TaskState, state_of_current_task
+
+GroupFunction = Callable[[Any, Iterator[Any], Any, TaskState], Iterator[Any]]
+
+
+def with_stores(
+    func: GroupFunction, checkpoint_location: str, stores: Sequence[Declaration], *, spark: Any = None
+) -> Callable[[Any, Iterator[Any], Any], Iterator[Any]]:
+    """Wrap `func(key, frames, group_state, stores)` for `applyInPandasWithState`;
+    `stores[name]` is the typed store `name` of the key's partition. Settings and the
+    checkpoint location are checked here, on the driver; the session's metrics are
+    `metrics_for(spark)`."""
+    if not callable(func):
+        raise TypeError(f"func must be callable, got {type(func).__name__}: {func!r}")
+    config, _ = state_config(checkpoint_location, stores, "applyInPandasWithState", spark)
+
+    def apply_with_stores(key: Any, frames: Iterator[Any], group_state: Any) -> Iterator[Any]:
+        state = state_of_current_task(config, current_task())
+        state.observe_watermark(_watermark(group_state))
+        try:
+            yield from func(key, frames, group_state, state)
+        except Exception:
+            state.abort()  # nothing of this attempt is prepared
+            raise
+
+    apply_with_stores.__name__ = getattr(func, "__name__", "apply_with_stores")
+    return apply_with_stores
+
+
+def _watermark(group_state: Any) -> int:
+    try:
+        return int(group_state.getCurrentWatermarkMs())
+    except Exception:  # the query has no watermark
+        return -1

@@ -1,0 +1,134 @@
+"""Per-partition processing (`mapInArrow` / `mapInPandas`) on the partition's stores.
+
+    def totals(batches, stores):                      # all records of one partition
+        counts = stores["totals"]
+        for batch in batches:
+            keys, added = ...                         # vectorized: one get_all per batch
+            current = counts.get_all(keys)
+            counts.put_columns(keys, [(c or 0) + a for c, a in zip(current, added)])
+        return iter(())
+
+    fn = partition_function(totals, checkpoint, [KeyValue("totals", Serdes.string(), Serdes.int64())],
+                            partitions=8, output_schema=changes_schema("string", "long"))
+    events.repartition(8, "key").mapInArrow(fn, changes_schema("string", "long"))
+
+The state of a partition is opened when its iterator starts and prepared when it ends
+(the same `TaskState` as every adapter). With the record cache on, what the function
+writes reaches the stores at flushes, which forward one `Change(new, old)` per key:
+the output is that de-duplicated change stream (KIP-63), one row per forwarded change,
+emitted as flushes happen (evictions) and at the end of the partition. The partition
+count is kept with the state: a query cannot come back with another one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import pandas as pd
+
+from spark_statestore.cache.change import Change
+from spark_statestore.errors import StateStoreError
+from spark_statestore.spark.declarations import Declaration
+from spark_statestore.spark.processor import state_config
+from spark_statestore.spark.task import current_task
+from spark_statestore.spark.task_state import TaskState
+
+PartitionFunc = Callable[[Iterator[Any], TaskState], "Iterator[Any] | None"]
+CHANGE_COLUMNS = ["batch_id", "store", "key", "new_value", "old_value", "window_start"]
+
+
+def changes_schema(key_type: str, value_type: str) -> str:
+    """The Spark DDL of the change stream, for keys and values of the given Spark types."""
+    return (
+        f"batch_id long, store string, key {key_type}, new_value {value_type}, "
+        f"old_value {value_type}, window_start long"
+    )
+
+
+def partition_function(
+    func: PartitionFunc,
+    checkpoint_location: str,
+    stores: Sequence[Declaration],
+    *,
+    partitions: int,
+    output_schema: str | None = None,
+    arrow: bool = True,
+    emit_changes: bool = True,
+    spark: Any = None,
+) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """Wrap `func(batches, stores)` for `mapInArrow` (`arrow=True`) or `mapInPandas`.
+
+    The output is what `func` yields followed, interleaved as flushes happen, by the
+    changes the cached stores forward (as rows of `changes_schema(...)`; give that schema
+    as `output_schema`, as it also goes to mapInArrow/mapInPandas). With
+    `emit_changes=False` the output is only what `func` yields. `partitions` must be the
+    number of partitions the input is repartitioned into by key."""
+    if not callable(func):
+        raise TypeError(f"func must be callable, got {type(func).__name__}: {func!r}")
+    operator = "mapInArrow" if arrow else "mapInPandas"
+    config, _ = state_config(checkpoint_location, stores, operator, spark, partitions)
+    declarations = {d.name: d for d in config.declarations}
+    arrow_schema = _arrow_schema(output_schema) if arrow and output_schema else None
+
+    def emit(batch_id: int, forwarded: list) -> Iterator[Any]:
+        frame = changes_frame(batch_id, forwarded, declarations)
+        forwarded.clear()
+        if not arrow:
+            yield frame
+            return
+        import pyarrow as pa
+
+        yield pa.RecordBatch.from_pandas(frame, schema=arrow_schema, preserve_index=False)
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        task = current_task()
+        if task is None:
+            raise StateStoreError(f"{operator} with stores runs in tasks of a streaming query only")
+        state = TaskState(config, task).open()
+        forwarded: list = []
+        if emit_changes:
+            state.forward_changes(lambda name, changes: forwarded.extend((name, c) for c in changes))
+        try:
+            for item in func(batches, state) or ():
+                yield item
+                if forwarded:
+                    yield from emit(task.batch_id, forwarded)
+            state.flush_caches()  # the end of the partition
+            if forwarded:
+                yield from emit(task.batch_id, forwarded)
+            state.finish()
+        except Exception:
+            state.abort()
+            raise
+
+    run.__name__ = getattr(func, "__name__", "partition_function")
+    return run
+
+
+def changes_frame(batch_id: int, forwarded: list[tuple[str, Change]], declarations: dict) -> pd.DataFrame:
+    """Forwarded changes as rows, keys and values decoded with their stores' serdes."""
+    rows = []
+    for name, change in forwarded:
+        declaration = declarations[name]
+        decode_key, decode_value = declaration.key_serde.decode, declaration.value_serde.decode
+        rows.append(
+            (
+                batch_id,
+                name,
+                decode_key(change.key),
+                None if change.new_value is None else decode_value(change.new_value),
+                None if change.old_value is None else decode_value(change.old_value),
+                change.window_start,
+            )
+        )
+    return pd.DataFrame(rows, columns=CHANGE_COLUMNS)
+
+
+def _arrow_schema(ddl: str) -> Any:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise StateStoreError("output_schema needs an active SparkSession on the driver to be parsed")
+    return to_arrow_schema(spark._parse_ddl(ddl))

@@ -1,0 +1,176 @@
+"""Stores in applyInPandasWithState and in per-partition processing (mapInArrow), end to
+end on local[2,4], exactly once while tasks fail, workers die, queries restart and local
+state is lost."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import pandas as pd
+import pytest
+
+import spark_jobs
+from spark_batches import cumulative_counts
+from spark_statestore import Serdes
+from spark_statestore.spark import KeyValue, changes_schema, metrics_for, partition_function, with_stores
+
+pytestmark = pytest.mark.spark
+windowed_counts = spark_jobs.windowed_counts
+TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
+
+
+@pytest.fixture
+def job(spark, tmp_path):
+    spark.conf.set("spark.statestore.localDir", str(tmp_path / "local-state"))
+    spark.conf.set("spark.statestore.snapshotInterval", "3")
+    yield str(tmp_path / "job")
+    for key in ("spark.statestore.localDir", "spark.statestore.snapshotInterval", "spark.statestore.cache.maxBytes"):
+        spark.conf.unset(key)
+
+
+def events(spark, job):
+    return spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(os.path.join(job, "input"))
+
+
+# -- applyInPandasWithState ----------------------------------------------------------------
+
+
+def run_group_totals(spark, job, **failures):
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    checkpoint = os.path.join(job, "checkpoint")
+    fn = with_stores(spark_jobs.group_totals(**failures), checkpoint, TOTALS)
+    out = events(spark, job).groupBy("key").applyInPandasWithState(
+        fn, "key string, total long, batch_id long, calls long", "calls long", "Update", GroupStateTimeout.NoTimeout
+    )
+
+    def write(frame, batch_id):  # an idempotent sink: a batch that runs again overwrites its file
+        frame.toPandas().to_parquet(os.path.join(job, "output", f"{batch_id:05d}.parquet"))
+
+    os.makedirs(os.path.join(job, "output"), exist_ok=True)
+    query = (
+        out.writeStream.foreachBatch(write).outputMode("update").option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return fn, query
+
+
+def check_group_totals(job):
+    """Every emitted total is the key's row count up to that batch; every key is emitted in
+    every batch it has rows in; the GroupState beside the stores counted the same calls."""
+    output = pd.concat(pd.read_parquet(p) for p in glob.glob(os.path.join(job, "output", "*.parquet")))
+    expected = cumulative_counts(os.path.join(job, "checkpoint"))
+    assert len(output) > 10
+    previous: dict = {}
+    for batch, totals in sorted(expected.items()):
+        changed = {k: v for k, v in totals.items() if previous.get(k) != v}
+        rows = output[output["batch_id"] == batch]
+        assert dict(zip(rows["key"], rows["total"], strict=True)) == changed, f"batch {batch}"
+        previous = totals
+    calls = output.groupby("key")["calls"].max().to_dict()
+    assert calls == output.groupby("key").size().to_dict()
+
+
+def test_group_state_exactly_once_with_task_failures_and_a_killed_worker(spark, job):
+    windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
+    fn, query = run_group_totals(spark, job, raise_in={1}, kill_in={3})
+    check_group_totals(job)
+    tasks = metrics_for(spark).tasks()
+    tasks = tasks[tasks["query_id"] == str(query.id)]
+    assert {1, 3} <= set(tasks.query("attempt > 0")["batch_id"])
+    assert (tasks["operator"] == "applyInPandasWithState").all()
+    assert tasks.groupby(["batch_id", "partition"]).size().max() == 1
+
+
+def test_group_state_exactly_once_across_restart_with_lost_local_state(spark, job, tmp_path):
+    inputs = os.path.join(job, "input")
+    windowed_counts.generate(inputs, 3, 80, keys=6)
+    run_group_totals(spark, job)
+    shutil.rmtree(tmp_path / "local-state")  # the restarted query runs on "new executors"
+    windowed_counts.generate(inputs, 3, 80, keys=6, start=3)
+    fn, query = run_group_totals(spark, job)
+    check_group_totals(job)
+    tasks = metrics_for(spark).tasks()
+    assert tasks[tasks["query_id"] == str(query.id)]["restored"].sum() > 0
+
+
+# -- per-partition processing ----------------------------------------------------------------
+
+
+def run_partition_totals(spark, job, partitions=2, **failures):
+    checkpoint = os.path.join(job, "checkpoint")
+    schema = changes_schema("string", "long")
+    fn = partition_function(
+        spark_jobs.partition_totals(**failures), checkpoint, TOTALS, partitions=partitions, output_schema=schema
+    )
+    out = events(spark, job).repartition(partitions, "key").mapInArrow(fn, schema)
+    query = (
+        out.writeStream.format("parquet").option("path", os.path.join(job, "output"))
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return fn, query
+
+
+def check_change_stream(job, deduplicated=True):
+    """The forwarded changes of each batch lead every key from its previous total to its
+    total after the batch: one change per key with a large cache (KIP-63's de-duplicated
+    stream), a chain of changes when evictions flushed it mid-partition."""
+    output = pd.read_parquet(os.path.join(job, "output"))
+    expected = cumulative_counts(os.path.join(job, "checkpoint"))
+    assert len(output) > 10 and (output["store"] == "totals").all()
+    previous: dict = {}
+    for batch, totals in sorted(expected.items()):
+        rows = output[output["batch_id"] == batch]
+        changed = {k: v for k, v in totals.items() if previous.get(k) != v}
+        assert set(rows["key"]) == set(changed), f"batch {batch}"
+        for key, key_rows in rows.groupby("key"):
+            if deduplicated:
+                assert len(key_rows) == 1, f"batch {batch} key {key}"
+            olds = [None if pd.isna(v) else int(v) for v in key_rows["old_value"]]
+            news = [int(v) for v in key_rows["new_value"]]
+            assert olds[0] == previous.get(key), f"batch {batch} key {key}"
+            assert sorted(news)[-1] == changed[key]
+            assert set(olds[1:]) <= set(news)
+        previous = totals
+
+
+def test_partition_changes_exactly_once_with_task_failures_and_a_killed_worker(spark, job):
+    windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
+    fn, query = run_partition_totals(spark, job, raise_in={1}, kill_in={3})
+    check_change_stream(job)
+    tasks = metrics_for(spark).tasks()
+    tasks = tasks[tasks["query_id"] == str(query.id)]
+    assert {1, 3} <= set(tasks.query("attempt > 0")["batch_id"])
+    assert (tasks["cache_flushes"] > 0).any()
+
+
+def test_partition_changes_exactly_once_across_restart_with_lost_local_state(spark, job, tmp_path):
+    inputs = os.path.join(job, "input")
+    windowed_counts.generate(inputs, 3, 80, keys=6)
+    run_partition_totals(spark, job)
+    shutil.rmtree(tmp_path / "local-state")
+    windowed_counts.generate(inputs, 3, 80, keys=6, start=3)
+    run_partition_totals(spark, job)
+    check_change_stream(job)
+
+
+def test_evictions_forward_a_chain_of_changes(spark, job):
+    spark.conf.set("spark.statestore.cache.maxBytes", "400")  # a few entries per task slot
+    windowed_counts.generate(os.path.join(job, "input"), 3, 80, keys=8)
+    fn, query = run_partition_totals(spark, job)
+    check_change_stream(job, deduplicated=False)
+    tasks = metrics_for(spark).tasks()
+    assert tasks[tasks["query_id"] == str(query.id)]["cache_evictions"].sum() > 0
+
+
+def test_a_different_partition_count_is_refused_on_the_driver(spark, job):
+    windowed_counts.generate(os.path.join(job, "input"), 2, 40, keys=4)
+    run_partition_totals(spark, job, partitions=2)
+    with pytest.raises(ValueError, match="split into 2 partitions, but this query uses 3"):
+        run_partition_totals(spark, job, partitions=3)
