@@ -100,6 +100,7 @@ def test_prefix_scan(kv_store):
 def test_iterator_peek_close_and_context_manager(kv_store):
     _fill(kv_store, [b"a", b"b"])
     it = kv_store.all()
+    assert it.has_next()
     assert it.peek_next_key() == b"a"
     assert it.peek_next_key() == b"a"
     assert next(it) == (b"a", b"A")
@@ -107,6 +108,7 @@ def test_iterator_peek_close_and_context_manager(kv_store):
     assert next(it) == (b"b", b"B")
     with pytest.raises(StopIteration):
         it.peek_next_key()
+    assert not it.has_next()
     with pytest.raises(StopIteration):
         next(it)
     with kv_store.all() as it2:

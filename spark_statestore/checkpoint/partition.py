@@ -29,7 +29,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import pyarrow.fs as pafs
 
@@ -478,13 +478,6 @@ class PartitionState:
     @property
     def stores(self) -> dict[str, Any]:
         return dict(self._stores)
-
-    def set_on_flush(self, name: str, on_flush: Callable[[list], Any] | None) -> None:
-        """Where the cached store `name` forwards `Change` records when it flushes."""
-        store = self.store(name)
-        if not hasattr(store, "named_cache"):
-            raise ValueError(f"store {name!r} of partition {self.partition} is not cached")
-        store.on_flush = on_flush
 
     # -- prepare and close --------------------------------------------------------------
 

@@ -39,7 +39,7 @@ class TaskRecordsParam(AccumulatorParam):
     """An accumulator of task records: lists, extended in place (so the driver can drain
     the list it holds while tasks' updates are merged into it)."""
 
-    def zero(self, value: list) -> list:
+    def zero(self, value: list) -> list:  # noqa: ARG002 - the interface's signature
         return []
 
     def addInPlace(self, value1: list, value2: list) -> list:
@@ -73,7 +73,7 @@ class StateStoreMetrics:
         self._keep = keep_batches
         self._logger = _driver_logger(spark)
         self._listener = _Listener(self)
-        self._spark = spark
+        self.spark = spark
         self._late: dict[tuple, int] = {}
         spark.streams.addListener(self._listener)
         # before pyspark's own exit handler stops the JVM: a listener left registered makes
@@ -155,11 +155,11 @@ class StateStoreMetrics:
         """Stop listening (the collected metrics stay readable). Events Spark already queued
         are delivered first, so no call reaches a Python that has gone away."""
         try:
-            self._spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
+            self.spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
         except Exception:
             pass
         try:
-            self._spark.streams.removeListener(self._listener)
+            self.spark.streams.removeListener(self._listener)
         except Exception:  # the session may be stopped already
             pass
 

@@ -36,14 +36,16 @@ from spark_statestore.spark.task import current_task
 from spark_statestore.spark.task_state import StateConfig, TaskState, check_checkpoint_location, declarations_of
 from spark_statestore.validation import check_int
 
-_collectors: dict[int, StateStoreMetrics] = {}
+_collectors: list[StateStoreMetrics] = []
 
 
 def metrics_for(spark: Any) -> StateStoreMetrics:
     """The driver's metrics collector of a SparkSession (one per session)."""
-    collector = _collectors.get(id(spark))
-    if collector is None:
-        collector = _collectors[id(spark)] = StateStoreMetrics(spark)
+    for collector in _collectors:
+        if collector.spark is spark:
+            return collector
+    collector = StateStoreMetrics(spark)
+    _collectors.append(collector)
     return collector
 
 

@@ -75,10 +75,6 @@ class SortedMap:
             keys = self._keys = SortedList(self.data)
         return keys
 
-    def first_key(self) -> Any:
-        keys = self.sorted_keys()
-        return keys[0] if keys else None
-
     def pop_first(self) -> tuple[Any, Any]:
         keys = self.sorted_keys()
         key = keys.pop(0)
