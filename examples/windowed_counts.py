@@ -143,18 +143,21 @@ def build_query(spark: Any, workdir: str, processor: WindowedCounts, trigger: di
 
 
 def session(master: str | None) -> Any:
+    """The job's SparkSession: local defaults when run with python, spark-submit's
+    settings when run under it (only the state store provider TWS needs is added)."""
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName("windowed_counts")
-    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
-        builder = builder.master(master or "local[*]")
-    return (
-        builder.config("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
+    builder = SparkSession.builder.appName("windowed_counts").config(
+        "spark.sql.streaming.stateStore.providerClass",
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     )
+    if master or "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        builder = (
+            builder.master(master or "local[*]")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.ui.showConsoleProgress", "false")
+        )
+    return builder.getOrCreate()
 
 
 def main(argv: list[str] | None = None) -> None:

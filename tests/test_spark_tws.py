@@ -195,16 +195,23 @@ def test_driver_pre_init_opens_no_state_and_state_is_per_partition(spark, job, t
     assert dict(zip(last["key"], last["total"], strict=True)) == expected["key"].value_counts().to_dict()
 
 
-def test_bad_input_rows_fail_with_the_column_and_leave_committed_state(spark, job, tmp_path):
+@pytest.mark.parametrize(
+    "bad_rows,message",
+    [
+        ('{"key": "sensor-1", "ts": 25000}\n{"key": "sensor-2"}\n', "column 'ts' has 1 null value"),
+        ('{"key": "sensor-1", "ts": 25000}\n{"ts": 26000}\n', "column 'key' has null values"),
+    ],
+)
+def test_bad_input_rows_fail_with_the_column_and_leave_committed_state(spark, job, tmp_path, bad_rows, message):
     inputs = os.path.join(job, "input")
     windowed_counts.generate(inputs, 2, 50, keys=4)
     checkpoint = os.path.join(job, "checkpoint")
     run(spark, job, windowed_counts.WindowedCounts(checkpoint))
     before = _partition_states(checkpoint, tmp_path / "before", spark)
     with open(os.path.join(inputs, "00002.json"), "w") as f:
-        f.write('{"key": "sensor-1", "ts": 25000}\n{"key": "sensor-2"}\n')  # no event time
+        f.write(bad_rows)
     query = windowed_counts.build_query(spark, job, windowed_counts.WindowedCounts(checkpoint), {"availableNow": True})
-    with pytest.raises(Exception, match="column 'ts' has 1 null value"):
+    with pytest.raises(Exception, match=message):
         query.awaitTermination()
     assert _partition_states(checkpoint, tmp_path / "after", spark) == before
 
