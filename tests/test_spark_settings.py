@@ -80,3 +80,35 @@ def test_check_columns():
     assert epoch_millis(floats["ts"]).tolist() == [1, 2]
     stamps = pd.DataFrame({"t": pd.to_datetime([1000, 2000], unit="ms")})
     assert epoch_millis(stamps["t"]).tolist() == [1000, 2000]
+
+
+def test_the_shipped_spark_defaults_file_holds_the_defaults():
+    import os
+
+    from spark_statestore.spark.settings import DEFAULTS
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "spark-defaults.conf")
+    entries = {}
+    for line in open(path):
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, value = line.split(None, 1)
+            entries[key] = value
+    assert {k: v for k, v in entries.items() if k.startswith("spark.statestore.")} == DEFAULTS
+    assert StateStoreSettings.from_conf(entries.get) == settings()
+
+
+def test_the_notebook_is_valid_and_its_code_compiles():
+    import ast
+    import json
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "examples", "windowed_counts.ipynb")) as f:
+        notebook = json.load(f)
+    assert notebook["nbformat"] == 4
+    code = ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    assert len(code) >= 4
+    for source in code:
+        ast.parse(source)
+    assert any("WindowedCounts(" in source for source in code)
