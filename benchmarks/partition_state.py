@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import print_table  # noqa: E402
 
-from spark_statestore.checkpoint import PartitionState, StoreSpec  # noqa: E402
+from spark_statestore.partition import PartitionState, StoreSpec  # noqa: E402
 from spark_statestore.stores.rocksdb import RocksDatabase  # noqa: E402
 
 SPECS = [StoreSpec.key_value("state", cached=False)]

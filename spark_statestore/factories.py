@@ -13,15 +13,15 @@ import os
 from typing import Any
 
 from spark_statestore.cache.caching import OnFlush
-from spark_statestore.cache.caching_kv import CachingKeyValueStore
-from spark_statestore.cache.caching_window import CachingWindowStore
 from spark_statestore.cache.thread_cache import ThreadCache
+from spark_statestore.cache.wrapping import cached
 from spark_statestore.stores.api import KeyValueStore, StateStore, WindowStore
 from spark_statestore.stores.kv_store import InMemoryKeyValueStore
 from spark_statestore.stores.memory_window import InMemoryWindowStore
 from spark_statestore.stores.rocksdb import check_store_name
+from spark_statestore.stores.window_spec import Clock, WindowSpec
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
-from spark_statestore.validation import check_name, window_segment_interval, window_store_parameters
+from spark_statestore.validation import check_name
 
 
 def _check_path(path: Any) -> str:
@@ -78,13 +78,11 @@ class Stores:
         window_size: Any,
         retain_duplicates: bool = False,
         *,
-        clock: str = "records",
+        clock: Clock | str = Clock.RECORDS,
     ) -> WindowStore:
-        """A KIP-428 in-memory window store (`clock`: see `WindowStore`)."""
-        name, retention, size, dups = window_store_parameters(
-            name, retention_period, window_size, retain_duplicates
-        )
-        return InMemoryWindowStore(name, retention, size, dups, clock)
+        """A KIP-428 in-memory window store (`clock`: see `WindowSpec`)."""
+        spec = WindowSpec.of(name, retention_period, window_size, retain_duplicates, clock=clock)
+        return InMemoryWindowStore(name, spec)
 
     @staticmethod
     def persistent_window_store(
@@ -97,18 +95,15 @@ class Stores:
         *,
         wal: bool = True,
         uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
-        clock: str = "records",
+        clock: Clock | str = Clock.RECORDS,
     ) -> WindowStore:
         """A transactional RocksDB window store in its own database directory `path`
-        (`clock`: see `WindowStore`)."""
-        name, retention, size, dups = window_store_parameters(
-            name, retention_period, window_size, retain_duplicates
-        )
+        (`clock`: see `WindowSpec`)."""
+        spec = WindowSpec.of(name, retention_period, window_size, retain_duplicates, segment_interval, clock)
         check_store_name(name)
-        interval = window_segment_interval(segment_interval)
         db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            return db.window_store(name, retention, size, dups, interval, on_close=db.close, clock=clock)
+            return db.window_store_of(name, spec, on_close=db.close)
         except BaseException:
             db.close()
             raise
@@ -128,11 +123,4 @@ class Stores:
         `namespace` names the store's cache inside `cache`; give one to find the cached
         entries again after reopening the store (the default is private to this wrapper).
         """
-        if isinstance(store, WindowStore):
-            return CachingWindowStore(store, cache, on_flush, send_old_values, namespace)
-        if isinstance(store, KeyValueStore):
-            return CachingKeyValueStore(store, cache, on_flush, send_old_values, namespace)
-        raise TypeError(
-            f"store must be a KeyValueStore or WindowStore of bytes (cache before calling "
-            f"typed()), got {type(store).__name__}: {store!r}"
-        )
+        return cached(store, cache, on_flush, send_old_values, namespace)

@@ -1,6 +1,6 @@
 """Named fault points in the commit protocols, for failure testing.
 
-Protocol code calls `point("commit:after-marker")` between its steps. Normally that does
+Protocol code calls `fault_point("commit:after-marker")` between its steps. Normally that does
 nothing. Tests install a handler (`injected(fn)`) that raises at a chosen point, or set
 the environment variable `SPARK_STATESTORE_FAULT` so that a process (a writer subprocess,
 a Spark Python worker) kills itself with SIGKILL there:
@@ -24,7 +24,7 @@ _handler: Handler | None = None
 _seen: dict[str, int] = {}
 
 
-def point(name: str) -> None:
+def fault_point(name: str) -> None:
     """A step boundary of a protocol: give an installed handler the chance to fail here."""
     if _handler is not None:
         _handler(name)

@@ -14,7 +14,8 @@ from typing import Any
 MAX_TIME = 2**63 - 1
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
+    """`type: repr` of a value for error messages (long reprs shortened)."""
     text = repr(value)
     if len(text) > 80:
         text = text[:77] + "..."
@@ -29,7 +30,7 @@ def check_key(key: Any, name: str = "key") -> bytes:
         raise TypeError(f"{name} cannot be None")
     if isinstance(key, bytes):
         return bytes(key)
-    raise TypeError(f"{name} must be bytes, got {_describe(key)}")
+    raise TypeError(f"{name} must be bytes, got {describe(key)}")
 
 
 def check_bound(key: Any, name: str) -> bytes | None:
@@ -38,7 +39,7 @@ def check_bound(key: Any, name: str) -> bytes | None:
         return key
     if isinstance(key, bytes):
         return bytes(key)
-    raise TypeError(f"{name} must be bytes or None, got {_describe(key)}")
+    raise TypeError(f"{name} must be bytes or None, got {describe(key)}")
 
 
 def check_value(value: Any, name: str = "value") -> bytes | None:
@@ -47,19 +48,19 @@ def check_value(value: Any, name: str = "value") -> bytes | None:
         return value
     if isinstance(value, bytes):
         return bytes(value)
-    raise TypeError(f"{name} must be bytes or None, got {_describe(value)}")
+    raise TypeError(f"{name} must be bytes or None, got {describe(value)}")
 
 
 def check_time(value: Any, name: str) -> int:
     """A timestamp in milliseconds: a non-negative int (bool and float are rejected)."""
     if type(value) is not int:
         if isinstance(value, bool) or value is None:
-            raise TypeError(f"{name} must be an int number of milliseconds, got {_describe(value)}")
+            raise TypeError(f"{name} must be an int number of milliseconds, got {describe(value)}")
         try:
             value = operator.index(value)
         except TypeError:
             raise TypeError(
-                f"{name} must be an int number of milliseconds, got {_describe(value)}"
+                f"{name} must be an int number of milliseconds, got {describe(value)}"
             ) from None
     if value < 0 or value > MAX_TIME:
         raise ValueError(f"{name} must be between 0 and {MAX_TIME} milliseconds, got {value}")
@@ -107,12 +108,12 @@ def to_millis(duration: Any, name: str) -> int:
     if type(duration) is int:
         return duration
     if isinstance(duration, bool) or duration is None:
-        raise TypeError(f"{name} must be int milliseconds or a timedelta, got {_describe(duration)}")
+        raise TypeError(f"{name} must be int milliseconds or a timedelta, got {describe(duration)}")
     try:
         return operator.index(duration)
     except TypeError:
         raise TypeError(
-            f"{name} must be int milliseconds or a timedelta, got {_describe(duration)}"
+            f"{name} must be int milliseconds or a timedelta, got {describe(duration)}"
         ) from None
 
 
@@ -121,7 +122,7 @@ def check_name(name: Any) -> str:
     if name is None:
         raise TypeError("name cannot be None")
     if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {_describe(name)}")
+        raise TypeError(f"name must be a str, got {describe(name)}")
     if not name:
         raise ValueError("name must not be empty, got ''")
     return name
@@ -131,41 +132,8 @@ def check_int(value: Any, name: str, minimum: int | None = None) -> int:
     """An int parameter (not bool), optionally with a lower limit."""
     if type(value) is not int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {_describe(value)}")
+            raise TypeError(f"{name} must be an int, got {describe(value)}")
         value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
     return value
-
-
-def window_store_parameters(
-    name: Any, retention_period: Any, window_size: Any, retain_duplicates: Any
-) -> tuple[str, int, int, bool]:
-    """Validate window-store parameters in the order and with the messages of API.md."""
-    if name is None:
-        raise TypeError("name cannot be None")
-    name = check_name(name)
-    retention = to_millis(retention_period, "retention_period")
-    if retention < 0:
-        raise ValueError("retention_period cannot be negative")
-    size = to_millis(window_size, "window_size")
-    if size < 0:
-        raise ValueError("window_size cannot be negative")
-    if size > retention:
-        raise ValueError(
-            f"The retention period of the window store {name} must be no smaller than its "
-            f"window size. Got size=[{size}], retention=[{retention}]"
-        )
-    if not isinstance(retain_duplicates, bool):
-        raise TypeError(
-            f"retain_duplicates must be a bool, got {type(retain_duplicates).__name__}: "
-            f"{retain_duplicates!r}"
-        )
-    return name, retention, size, retain_duplicates
-
-
-def window_segment_interval(segment_interval: Any) -> int | None:
-    """A positive segment interval in milliseconds, or None for the default."""
-    if segment_interval is None:
-        return None
-    return check_int(to_millis(segment_interval, "segment_interval"), "segment_interval", 1)

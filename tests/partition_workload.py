@@ -17,7 +17,7 @@ import os
 import random
 
 from spark_statestore import Stores, ThreadCache
-from spark_statestore.checkpoint import PartitionState, StoreSpec
+from spark_statestore.partition import PartitionState, StoreSpec
 from txn_workload import apply_ops, state_of
 
 __all__ = ["apply_ops", "state_of"]  # re-exported for the tests that drive batches

@@ -35,7 +35,7 @@ class FaultyCounts(windowed_counts.WindowedCounts):
 
         task = current_task()
         if task is not None and task.batch_id in self.wipe_local_in and task.attempt == 0:
-            from spark_statestore.checkpoint.local import LocalPartitionDir
+            from spark_statestore.partition.local import LocalPartitionDir
 
             local = LocalPartitionDir(self.settings.resolve_local_dir(), self._config.checkpoint_location, task.partition)
             shutil.rmtree(local.root, ignore_errors=True)

@@ -10,8 +10,10 @@ import threading
 import pytest
 
 import partition_workload as wl
-from spark_statestore import CorruptStateError, MissingStateError, StoreLockedError, ThreadCache, faults
-from spark_statestore.checkpoint import Changelog, PartitionState, StoreSpec
+from spark_statestore import CorruptStateError, MissingStateError, StoreLockedError, ThreadCache
+from spark_statestore.faults import injected
+from spark_statestore.checkpoint import Changelog
+from spark_statestore.partition import PartitionState, StoreSpec
 from spark_statestore.checkpoint.snapshots import snapshot_versions
 
 
@@ -313,7 +315,7 @@ def test_exception_at_each_step_then_reopen_gives_the_last_committed_version(dir
             raise RuntimeError(f"injected at {name}")
 
     kwargs = dict(snapshot_interval=2, min_batches_to_retain=2, uncommitted_max_bytes=200, apply_chunk_bytes=100)
-    with faults.injected(fail_once):
+    with injected(fail_once):
         for _ in range(20):
             try:
                 run(checkpoint, local, 9, **kwargs)
@@ -357,7 +359,10 @@ def test_bad_arguments(dirs):
 
 def test_partition_count_is_kept_and_a_different_count_is_refused(dirs, tmp_path):
     from spark_statestore import StateStoreError
-    from spark_statestore.checkpoint.partition import check_partition_count
+    from spark_statestore.partition import Layout, record_query_layout
+
+    def check_partition_count(location, partitions):
+        record_query_layout(location, Layout.of(specs, partitions))
 
     checkpoint, local = dirs
     specs = [StoreSpec.key_value("kv")]

@@ -12,7 +12,7 @@ from moto.server import ThreadedMotoServer
 
 import partition_workload as wl
 from spark_statestore import MissingStateError
-from spark_statestore.checkpoint import PartitionState, StoreSpec
+from spark_statestore.partition import PartitionState, StoreSpec
 from spark_statestore.checkpoint.snapshots import snapshot_versions
 
 

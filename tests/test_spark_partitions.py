@@ -174,3 +174,65 @@ def test_a_different_partition_count_is_refused_on_the_driver(spark, job):
     run_partition_totals(spark, job, partitions=2)
     with pytest.raises(ValueError, match="split into 2 partitions, but this query uses 3"):
         run_partition_totals(spark, job, partitions=3)
+
+
+# -- a consumer that stops reading releases the partition ---------------------------------
+
+
+def _adapter_config(tmp_path):
+    from pyspark.accumulators import Accumulator
+
+    from spark_statestore.spark.metrics import TaskRecordsParam
+    from spark_statestore.spark.operator import OperatorConfig
+    from spark_statestore.spark.settings import LOCAL_DIR, StateStoreSettings
+
+    settings = StateStoreSettings.from_conf({LOCAL_DIR: str(tmp_path / "local")}.get)
+    accumulator = Accumulator(0, [], TaskRecordsParam())
+    return OperatorConfig(str(tmp_path / "ck"), tuple(TOTALS), settings, accumulator)
+
+
+def _partition_is_free(config):
+    from spark_statestore.partition import PartitionState
+
+    state = PartitionState(
+        config.checkpoint_location, 0, [d.spec() for d in config.declarations],
+        local_dir=config.settings.resolve_local_dir(), lock_timeout=0,
+    )
+    state.open(0)  # StoreLockedError if an abandoned attempt still held it
+    state.close()
+    return True
+
+
+@pytest.mark.parametrize("adapter", ["partition_function", "with_stores"])
+def test_an_output_closed_early_releases_the_partition_unprepared(tmp_path, adapter):
+    """Spark closes the output iterator of a task it stops reading (GeneratorExit): the
+    partition must be released at once, and nothing of the attempt prepared."""
+    from spark_statestore.spark.group_state import group_stream
+    from spark_statestore.spark.partitions import partition_stream
+    from spark_statestore.spark.task import TaskInfo
+
+    config = _adapter_config(tmp_path)
+    task = TaskInfo(batch_id=0, partition=0, attempt=0, task_attempt_id=7, query_id="q", stage_id=1)
+    if adapter == "partition_function":
+        def func(batches, stores):
+            stores["totals"].put("a", 1)
+            yield from batches
+
+        out = partition_stream(func, config, task, iter(["first", "second"]), None)
+    else:
+        def func(key, frames, group_state, stores):
+            stores["totals"].put(key[0], 1)
+            yield from frames
+
+        from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        schema = StructType([StructField("calls", LongType())])
+        group_state = GroupState(
+            None, 0, -1, GroupStateTimeout.NoTimeout, False, False, False, False, False, -1, b"", schema
+        )
+        out = group_stream(func, config, task, ("a",), iter(["first", "second"]), group_state)
+    assert next(out) == "first"
+    out.close()
+    assert _partition_is_free(config)
+    assert not os.path.exists(os.path.join(config.checkpoint_location, "statestore", "0", "0.changelog"))

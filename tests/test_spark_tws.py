@@ -15,7 +15,7 @@ import pytest
 
 import spark_jobs
 import windowed_reference
-from spark_statestore.checkpoint import PartitionState
+from spark_statestore.partition import PartitionState
 from spark_statestore.spark import KeyValue, StoreProcessor
 
 pytestmark = pytest.mark.spark
@@ -188,8 +188,9 @@ def test_driver_pre_init_opens_no_state_and_state_is_per_partition(spark, job, t
         .outputMode("update").trigger(availableNow=True).start()
     )
     query.awaitTermination()
-    # the driver's own init()/close() (no TaskContext) created nothing: only partitions did
-    assert sorted(os.listdir(os.path.join(checkpoint, "statestore"))) == ["0", "1"]
+    # the driver's own init()/close() (no TaskContext) created no partition state: only tasks
+    # did (the driver records the query's layout when the processor is built)
+    assert sorted(os.listdir(os.path.join(checkpoint, "statestore"))) == ["0", "1", "_layout"]
     last = spark.sql("select key, max(total) as total from totals_test group by key").toPandas()
     expected = pd.concat(pd.read_json(os.path.join(inputs, n), lines=True) for n in sorted(os.listdir(inputs)))
     assert dict(zip(last["key"], last["total"], strict=True)) == expected["key"].value_counts().to_dict()

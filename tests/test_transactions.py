@@ -333,7 +333,7 @@ def test_second_opener_waits_then_fails_with_the_path(tmp_path):
 
 # -- faults inside commit (exceptions) -----------------------------------------------------
 
-from spark_statestore import faults  # noqa: E402
+from spark_statestore.faults import injected  # noqa: E402
 
 # (fault point, memory limit that makes the commit reach it: -1 = in memory, 50 = spilled)
 BEFORE_COMMIT_POINT = [
@@ -379,7 +379,7 @@ def _commit_failing_at(path, point, limit, expected_errors):
     win.put(b"w", b"old", 0)
     db.commit({"n": 1})
     _write_transaction(kv, win, b"new")
-    with faults.injected(_raise_at(point)):
+    with injected(_raise_at(point)):
         with pytest.raises(expected_errors):
             db.commit({"n": 2})
     return db, kv
@@ -413,7 +413,7 @@ def test_exception_after_the_commit_point_completes_on_reopen(tmp_path, point, l
 def test_exception_after_the_marker_closes_the_database_and_says_to_reopen(tmp_path):
     db, kv, win = _spilling_db(tmp_path / "db")
     _write_transaction(kv, win, b"new")
-    with faults.injected(_raise_at("apply:after-chunk")):
+    with injected(_raise_at("apply:after-chunk")):
         with pytest.raises(StateStoreError, match="interrupted after its commit point.*reopen"):
             db.commit({"n": 1})
     assert not db.is_open

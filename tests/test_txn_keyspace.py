@@ -22,8 +22,7 @@ def _between(model: dict, lo, hi, reverse=False):
 def test_keyspace_random_walk(tmp_path, limit, seed):
     rng = random.Random(seed)
     db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=limit)
-    db.key_value_store("s")
-    ks = db.keyspace("s")
+    ks = db.key_value_store("s").keyspace
     model: dict[bytes, bytes] = {}
     committed: dict[bytes, bytes] = {}
     bound = lambda: rng.choice([None] + KEYS)  # noqa: E731
@@ -69,15 +68,13 @@ def test_keyspace_random_walk(tmp_path, limit, seed):
     assert list(ks.committed.scan(None, None)) == sorted(model.items())
     db.close()
     reopened = TransactionalDatabase(tmp_path / "db")
-    reopened.key_value_store("s")
-    assert list(reopened.keyspace("s").scan(None, None)) == sorted(model.items())
+    assert list(reopened.key_value_store("s").keyspace.scan(None, None)) == sorted(model.items())
     reopened.close()
 
 
 def test_range_deletion_hides_committed_and_staged_keys_until_rollback(tmp_path):
     db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=10)
-    db.key_value_store("s")
-    ks = db.keyspace("s")
+    ks = db.key_value_store("s").keyspace
     for key in (b"a", b"b", b"c", b"d"):
         ks.put(key, b"committed")
     db.commit()

@@ -12,6 +12,7 @@ commits with the in-memory stores, which is what a reopened database must hold.
 from __future__ import annotations
 
 import argparse
+import threading
 import random
 
 from spark_statestore import Stores
@@ -75,6 +76,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=-1)
     parser.add_argument("--flush-every", type=int, default=0)
     parser.add_argument("--max", type=int, default=10**9)
+    parser.add_argument("--hold", action="store_true", help="after --max commits, wait to be killed")
     args = parser.parse_args()
     db, kv, win = open_database(args.path, not args.no_wal, args.limit)
     number = (db.committed_offset("txn") or 0) + 1
@@ -87,6 +89,9 @@ def main() -> None:
             db.flush()
             print(f"flushed {number}", flush=True)
         number += 1
+    if args.hold:
+        print("holding", flush=True)
+        threading.Event().wait()
     db.close()
 
 

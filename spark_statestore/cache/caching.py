@@ -10,18 +10,21 @@ Over a transactional store, `commit()` flushes first (so the commit sees every w
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import NamedCache, ThreadCache
 from spark_statestore.errors import StateStoreError
+from spark_statestore.txn.stores import TransactionalStore
 
 OnFlush = Callable[[list[Change]], Any]
 _anonymous = itertools.count()
 
 
 class CachingLayer:
-    """Mixin for a store that fronts `self._inner` with a named cache."""
+    """Mixin for a store that fronts `self._inner` with a named cache: the cached-store
+    protocol (`wrapped`, `flush_cache`, `clear_cache`, `set_flush_listener`, as Kafka
+    Streams' caching wrappers have) and the transactional pass-throughs."""
 
     _inner: Any
     _named: NamedCache
@@ -37,10 +40,6 @@ class CachingLayer:
     ) -> None:
         if not isinstance(cache, ThreadCache):
             raise TypeError(f"cache must be a ThreadCache, got {type(cache).__name__}: {cache!r}")
-        if on_flush is not None and not callable(on_flush):
-            raise TypeError(f"on_flush must be callable or None, got {type(on_flush).__name__}")
-        if not isinstance(send_old_values, bool):
-            raise TypeError(f"send_old_values must be a bool, got {send_old_values!r}")
         self._inner = inner
         self._thread_cache = cache
         self._own_namespace = namespace is None
@@ -53,8 +52,7 @@ class CachingLayer:
             )
         named.listener = self._forward
         self._named = named
-        self._on_flush = on_flush
-        self._send_old_values = send_old_values
+        self.set_flush_listener(on_flush, send_old_values)
         self.persistent = inner.persistent
 
     @property
@@ -62,31 +60,43 @@ class CachingLayer:
         """The store behind the cache."""
         return self._inner
 
+    def innermost(self) -> Any:
+        return self._inner.innermost()
+
     @property
     def named_cache(self) -> NamedCache:
+        """This store's cache (for inspection)."""
         return self._named
+
+    def set_flush_listener(self, on_flush: OnFlush | None, send_old_values: bool = False) -> None:
+        """Where flushed changes are forwarded (`Change` lists), and whether they carry the
+        store's value before the flush."""
+        if on_flush is not None and not callable(on_flush):
+            raise TypeError(f"on_flush must be callable or None, got {type(on_flush).__name__}")
+        if not isinstance(send_old_values, bool):
+            raise TypeError(f"send_old_values must be a bool, got {send_old_values!r}")
+        self._on_flush = on_flush
+        self._send_old_values = send_old_values
 
     @property
     def send_old_values(self) -> bool:
-        """Whether forwarded changes carry the store's value before the flush."""
         return self._send_old_values
 
-    @send_old_values.setter
-    def send_old_values(self, send: bool) -> None:
-        if not isinstance(send, bool):
-            raise TypeError(f"send_old_values must be a bool, got {send!r}")
-        self._send_old_values = send
+    def flush_cache(self) -> None:
+        """Write every dirty entry to the wrapped store and forward the changes (the store
+        itself is not flushed)."""
+        if not self._open:
+            raise self._closed()  # type: ignore[attr-defined]
+        self._named.flush()
+
+    def clear_cache(self) -> None:
+        """Drop every cached entry, dirty ones included (writes of a failed attempt)."""
+        self._named.clear()
 
     @property
-    def on_flush(self) -> OnFlush | None:
-        """Where flushed changes are forwarded."""
-        return self._on_flush
-
-    @on_flush.setter
-    def on_flush(self, on_flush: OnFlush | None) -> None:
-        if on_flush is not None and not callable(on_flush):
-            raise TypeError(f"on_flush must be callable or None, got {type(on_flush).__name__}")
-        self._on_flush = on_flush
+    def cache_stats(self) -> dict[str, int]:
+        """Entries and bytes of this store's cache."""
+        return {"entries": len(self._named), "bytes": self._named.size_bytes, "dirty": len(self._named.dirty)}
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """Write flushed entries to the wrapped store; return the changes to forward."""
@@ -99,45 +109,43 @@ class CachingLayer:
 
     def flush(self) -> None:
         """Write every dirty entry to the wrapped store and forward the changes."""
-        if not self._open:
-            raise self._closed()  # type: ignore[attr-defined]
-        self._named.flush()
+        self.flush_cache()
         self._inner.flush()
 
-    def _transactional(self, method: str) -> Callable[..., Any]:
+    def _transactional(self) -> TransactionalStore:
         if not self._open:
             raise self._closed()  # type: ignore[attr-defined]
-        bound = getattr(self._inner, method, None)
-        if bound is None:
-            raise TypeError(f"store {self._inner.name!r} is not transactional: it has no {method}()")
-        return bound
+        inner = self._inner
+        if not isinstance(inner, TransactionalStore):
+            raise TypeError(f"store {inner.name!r} is not transactional: it has no commit, rollback or views")
+        return inner
 
     def commit(self, offsets: Mapping[str, int] | None = None) -> None:
         """Flush the cache, then commit the wrapped store."""
-        commit = self._transactional("commit")
+        inner = self._transactional()
         self._named.flush()
-        commit(offsets)
+        inner.commit(offsets)
 
     def rollback(self) -> None:
         """Drop the cache (dirty entries included), then roll the wrapped store back."""
-        rollback = self._transactional("rollback")
+        inner = self._transactional()
         self._named.clear()
-        rollback()
+        inner.rollback()
         self._after_rollback()
 
     def _after_rollback(self) -> None:
         """Hook for state the wrapper derives from writes."""
 
     def committed_offset(self, name: str) -> int | None:
-        return self._transactional("committed_offset")(name)
+        return self._transactional().committed_offset(name)
 
     def approximate_num_uncommitted_bytes(self) -> int:
         """The wrapped store's uncommitted bytes plus the cache's dirty entries."""
-        return self._transactional("approximate_num_uncommitted_bytes")() + self._named.dirty_bytes
+        return self._transactional().approximate_num_uncommitted_bytes() + self._named.dirty_bytes
 
     def read_only(self, isolation: Any = "READ_COMMITTED") -> Any:
         """A view of the wrapped store (writes still in the cache are not in it)."""
-        return self._transactional("read_only")(isolation)
+        return self._transactional().read_only(isolation)
 
     def _close_inner(self) -> None:
         self._named.listener = None
@@ -146,3 +154,17 @@ class CachingLayer:
         else:
             self._named.discard_dirty()  # unflushed writes are discarded, like uncommitted ones
         self._inner.close()
+
+
+@runtime_checkable
+class CachedStore(Protocol):
+    """A store behind a record cache, as the layers above see it."""
+
+    @property
+    def wrapped(self) -> Any: ...
+
+    def flush_cache(self) -> None: ...
+
+    def clear_cache(self) -> None: ...
+
+    def set_flush_listener(self, on_flush: OnFlush | None, send_old_values: bool = False) -> None: ...

@@ -17,7 +17,6 @@ from spark_statestore.cache.thread_cache import MISSING, ThreadCache
 from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
-from spark_statestore.validation import check_time, check_window_get, check_window_put
 
 
 class CachingWindowStore(CachingLayer, WindowStore):
@@ -37,35 +36,28 @@ class CachingWindowStore(CachingLayer, WindowStore):
                 f"its own record, so there is nothing to de-duplicate (Kafka Streams disables caching "
                 f"for such stores too)"
             )
-        WindowStore.__init__(
-            self, inner.name, inner.retention_period, inner.window_size, False, self._close_inner, inner.clock
-        )
+        WindowStore.__init__(self, inner.name, inner.spec, self._close_inner)
         self._attach(inner, cache, on_flush, send_old_values, namespace)
         self.metrics = inner.metrics
-        self._stream_time = -1
 
     @property
     def observed_stream_time(self) -> int:
         inner = self._inner.observed_stream_time
         return inner if inner > self._stream_time else self._stream_time
 
-    def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
-        if not self._open:
-            raise self._closed()
-        key, value, window_start = check_window_put(key, value, window_start)
-        if window_start > self._stream_time and self._records_advance:
-            self._stream_time = window_start
-        if window_start <= self.observed_stream_time - self.retention_period:
-            self.metrics.dropped_records_total += 1
-            return
+    def _advance(self, time: int) -> None:
+        self._stream_time = time  # the store learns it at flush (its records arrive then)
+
+    def advance_stream_time(self, time: int) -> None:
+        """Advance the cache's and the store's stream time (cached entries of windows that
+        expire stay until flushed or evicted, but reads no longer return them)."""
+        super().advance_stream_time(time)
+        self._inner.advance_stream_time(time)
+
+    def _put_live(self, key: bytes, value: bytes | None, window_start: int) -> None:
         self._named.put(ws_bytes(window_start) + key, value, True)
 
-    def get(self, key: bytes, window_start: int) -> bytes | None:
-        if not self._open:
-            raise self._closed()
-        key, window_start = check_window_get(key, window_start)
-        if window_start <= self.observed_stream_time - self.retention_period:
-            return None
+    def _get_live(self, key: bytes, window_start: int) -> bytes | None:
         cache_key = ws_bytes(window_start) + key
         value = self._named.get(cache_key)
         if value is not MISSING:
@@ -107,16 +99,6 @@ class CachingWindowStore(CachingLayer, WindowStore):
             if window is None or window.start != start:
                 window = window_of(start, size)
             yield Windowed(entry_key[8:], window), value
-
-    def advance_stream_time(self, time: int) -> None:
-        """Advance the cache's and the store's stream time (cached entries of windows that
-        expire stay until flushed or evicted, but reads no longer return them)."""
-        if not self._open:
-            raise self._closed()
-        time = check_time(time, "time")
-        if time > self._stream_time:
-            self._stream_time = time
-        self._inner.advance_stream_time(time)
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """Write what is still live; forward every change (an update made while its window

@@ -39,29 +39,26 @@ class NamedCache:
         self.dirty: dict[Any, None] = {}
         self.size_bytes = 0
         self.listener: FlushListener | None = None
-        # what the clean entries are valid for (the partition state keeps a version here)
-        self.valid_for: Any = None
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def get(self, key: Any) -> Any:
         """The cached value (None for a pending deletion), or `MISSING`."""
-        data = self.entries.data
-        value = data.get(key, MISSING)
+        entries = self.entries
+        value = entries.get(key, MISSING)
         owner = self._owner
         if value is MISSING:
             owner.misses += 1
             return MISSING
-        data.move_to_end(key)
+        entries.touch(key)
         owner.hits += 1
         return value
 
     def put(self, key: Any, value: bytes | None, dirty: bool) -> None:
         """Cache `value` (clean: as read from the store; dirty: a write to flush later)."""
         entries = self.entries
-        data = entries.data
-        old = data.get(key, MISSING)
+        old = entries.get(key, MISSING)
         owner = self._owner
         if old is MISSING:
             delta = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
@@ -69,8 +66,8 @@ class NamedCache:
         else:
             delta = (0 if value is None else len(value)) - (0 if old is None else len(old))
             owner.overwrites += 1
-            data[key] = value
-            data.move_to_end(key)
+            entries.set(key, value)
+            entries.touch(key)
         if dirty:
             dirty_keys = self.dirty
             dirty_keys.pop(key, None)  # re-insert: dirty keys are ordered by latest write
@@ -91,13 +88,13 @@ class NamedCache:
 
     def evict(self) -> None:
         """Remove the least recently used entry, flushing this cache first if it is dirty."""
-        data = self.entries.data
-        if not data:
+        entries = self.entries
+        if not entries:
             return
-        key = next(iter(data))
+        key = entries.oldest_key()
         if key in self.dirty:
             self.flush()
-        if key in data:
+        if key in entries:
             self._remove(key)
             self._owner.evicts += 1
 
@@ -109,8 +106,8 @@ class NamedCache:
         of looping over the current one."""
         if not self.dirty:
             return
-        data = self.entries.data
-        entries = [(key, data[key]) for key in self.dirty]
+        get = self.entries.get
+        entries = [(key, get(key)) for key in self.dirty]
         self.dirty = {}
         for key, value in entries:
             if value is None:
@@ -121,8 +118,8 @@ class NamedCache:
 
     @property
     def dirty_bytes(self) -> int:
-        data = self.entries.data
-        return sum(_entry_size(k, data[k]) for k in self.dirty)
+        get = self.entries.get
+        return sum(_entry_size(k, get(k)) for k in self.dirty)
 
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes | None] | None:
         """The first entry with `lo <= key < hi` (a deletion shows as value None)."""
@@ -148,7 +145,6 @@ class NamedCache:
         self.size_bytes = 0
         self.entries.clear()
         self.dirty = {}
-        self.valid_for = None
 
 
 class ThreadCache:
@@ -172,6 +168,18 @@ class ThreadCache:
             cache = self._caches[namespace] = NamedCache(namespace, self)
         return cache
 
+    def rename(self, namespace: str, new_namespace: str) -> None:
+        """Give the named cache `namespace` (with its entries) the name `new_namespace`,
+        replacing any cache of that name."""
+        cache = self._caches.pop(namespace, None)
+        if cache is None or namespace == new_namespace:
+            if cache is not None:
+                self._caches[namespace] = cache
+            return
+        self.drop(new_namespace)
+        cache.namespace = new_namespace
+        self._caches[new_namespace] = cache
+
     def drop(self, namespace: str) -> None:
         """Forget a named cache and its entries (dirty ones are lost: flush first)."""
         cache = self._caches.pop(namespace, None)
@@ -183,7 +191,7 @@ class ThreadCache:
         return list(self._caches)
 
     def _evict_from(self, cache: NamedCache) -> None:
-        while self.size_bytes > self.max_bytes and cache.entries.data:
+        while self.size_bytes > self.max_bytes and cache.entries:
             cache.evict()
 
     def resize(self, max_bytes: int) -> None:

@@ -1,16 +1,7 @@
-"""Durable partition state in the query's checkpoint location: changelogs, snapshots,
-retention, and the `PartitionState` protocol the Spark adapters drive."""
+"""Durable files of the partition state in the query's checkpoint location, through
+`pyarrow.fs`: the filesystem layer, the changelog format, snapshots and retention."""
 
 from spark_statestore.checkpoint.changelog import Changelog, ChangelogWriter
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
-from spark_statestore.checkpoint.partition import PartitionMetrics, PartitionState, StoreSpec
 
-__all__ = [
-    "Changelog",
-    "ChangelogWriter",
-    "DurableDir",
-    "PartitionMetrics",
-    "PartitionState",
-    "StoreSpec",
-    "resolve_location",
-]
+__all__ = ["Changelog", "ChangelogWriter", "DurableDir", "resolve_location"]

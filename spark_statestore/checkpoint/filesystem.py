@@ -116,6 +116,11 @@ class DurableDir:
         with self.fs.open_input_stream(self.path(name)) as src:
             return src.read()
 
+    def read_range(self, name: str, offset: int, nbytes: int) -> bytes:
+        """Up to `nbytes` of `name` from `offset` (one ranged read on object stores)."""
+        with self.fs.open_input_file(self.path(name)) as src:
+            return src.read_at(nbytes, offset)
+
     def download(self, name: str, local_path: str) -> None:
         """Copy `name` to a local file (through a temporary name)."""
         temp = f"{local_path}.part"
@@ -136,6 +141,13 @@ class DurableDir:
             for info in self.fs.get_file_info(selector)
             if info.type == pafs.FileType.File and not info.base_name.startswith(_TEMP_PREFIX)
         ]
+
+    def size(self, name: str) -> int:
+        """The size of `name` in bytes (`FileNotFoundError` if it does not exist)."""
+        info = self.fs.get_file_info(self.path(name))
+        if info.type != pafs.FileType.File:
+            raise FileNotFoundError(self.uri(name))
+        return info.size
 
     def exists(self, name: str) -> bool:
         return self.fs.get_file_info(self.path(name)).type == pafs.FileType.File

@@ -1,4 +1,4 @@
-"""Durable snapshots of a partition's RocksDB copy, restore, and retention.
+"""Durable snapshots of a partition's RocksDB copy, and their restore.
 
 A snapshot of version V is a RocksDB checkpoint uploaded as:
 
@@ -9,30 +9,32 @@ A snapshot of version V is a RocksDB checkpoint uploaded as:
 * `snapshots/<V>.manifest` (every file with its size and SHA-256), written last: a
   snapshot without a manifest does not exist.
 
-Retention keeps `min_batches_to_retain` versions restorable: it finds the newest snapshot
-at or below the oldest version to keep, and deletes older snapshots, the changelogs that
-snapshot covers, and SST files no kept snapshot refers to. It deletes manifests before
-files, so a crash in the middle leaves extra files, never a snapshot with missing ones.
+The manifest also records the identity (`version_id`) of the version it holds. Names in a
+manifest are data, never paths: a restore refuses any entry that is not a plain file
+name of the forms this module writes, so a crafted manifest cannot write outside the
+destination.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
+import re
 import shutil
-import time
+from typing import Callable
 
-from spark_statestore import faults
+from spark_statestore.faults import fault_point
 from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.errors import CorruptStateError, MissingStateError
-
-log = logging.getLogger("spark_statestore.checkpoint")
 
 SNAPSHOTS = "snapshots"
 SHARED = "sst"
 _MANIFEST = ".manifest"
+_CHANGELOG = re.compile(r"^(0|[1-9][0-9]{0,18})\.changelog$")
+_MANIFEST_NAME = re.compile(r"^(0|[1-9][0-9]{0,18})\.manifest$")
+_LOCAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_SHARED_NAME = re.compile(r"^sst/[0-9a-f]{32}-[0-9]{1,15}\.sst$")
 
 
 def manifest_name(version: int) -> str:
@@ -51,28 +53,45 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def changelog_version(name: str) -> int | None:
+    """The version of a changelog file name (None for names this package does not write)."""
+    match = _CHANGELOG.match(name)
+    return None if match is None else int(match.group(1))
+
+
 def snapshot_versions(durable: DurableDir) -> list[int]:
-    """Versions that have a (complete) snapshot, ascending."""
+    """Versions that have a snapshot manifest, ascending (other names are ignored)."""
     versions = []
     for info in durable.list(SNAPSHOTS):
-        name = info.base_name
-        if name.endswith(_MANIFEST) and name[: -len(_MANIFEST)].isdigit():
-            versions.append(int(name[: -len(_MANIFEST)]))
+        match = _MANIFEST_NAME.match(info.base_name)
+        if match is not None:
+            versions.append(int(match.group(1)))
     return sorted(versions)
 
 
 def changelog_versions(durable: DurableDir) -> dict[int, object]:
-    """Durable changelogs by version, with their file info."""
+    """Durable changelogs by version, with their file info (other names are ignored)."""
     out = {}
     for info in durable.list():
-        name = info.base_name
-        if name.endswith(".changelog") and name[: -len(".changelog")].isdigit():
-            out[int(name[: -len(".changelog")])] = info
+        version = changelog_version(info.base_name)
+        if version is not None:
+            out[version] = info
     return out
 
 
-def upload_snapshot(durable: DurableDir, checkpoint_dir: str, version: int, partition: int) -> dict:
-    """Upload a local RocksDB checkpoint as the snapshot of `version`."""
+def upload_snapshot(
+    durable: DurableDir,
+    checkpoint_dir: str,
+    version: int,
+    partition: int,
+    version_id: int = 0,
+    verify: Callable[[str], None] | None = None,
+) -> dict:
+    """Upload a local RocksDB checkpoint as the snapshot of `version` (whose identity is
+    `version_id`); `verify(checkpoint_dir)` runs first and raises if RocksDB cannot read
+    every file, so a damaged local file never becomes durable."""
+    if verify is not None:
+        verify(checkpoint_dir)
     shared = {info.base_name for info in durable.list(SHARED)}
     files = []
     uploaded = 0
@@ -90,10 +109,10 @@ def upload_snapshot(durable: DurableDir, checkpoint_dir: str, version: int, part
             durable.publish_file(durable_name, path)
             uploaded += 1
         files.append({"name": name, "durable": durable_name, "size": size, "sha256": sha})
-        faults.point("snapshot:after-file")
-    manifest = {"format": 1, "version": version, "partition": partition, "files": files}
+        fault_point("snapshot:after-file")
+    manifest = {"format": 1, "version": version, "version_id": version_id, "partition": partition, "files": files}
     durable.publish_bytes(manifest_name(version), json.dumps(manifest, indent=1).encode("utf-8"))
-    faults.point("snapshot:after-manifest")
+    fault_point("snapshot:after-manifest")
     manifest["uploaded_files"] = uploaded
     return manifest
 
@@ -106,9 +125,30 @@ def read_manifest(durable: DurableDir, version: int) -> dict:
         raise MissingStateError(f"snapshot manifest {durable.uri(name)} (version {version}) is missing") from e
     except ValueError as e:
         raise CorruptStateError(f"snapshot manifest {durable.uri(name)} (version {version}) is unreadable: {e}") from e
-    if manifest.get("version") != version or not isinstance(manifest.get("files"), list):
+    if not isinstance(manifest, dict) or manifest.get("version") != version or not isinstance(manifest.get("files"), list):
         raise CorruptStateError(f"snapshot manifest {durable.uri(name)} does not describe version {version}")
+    for entry in manifest["files"]:
+        _check_entry(entry, version, durable.uri(name))
     return manifest
+
+
+def _check_entry(entry: object, version: int, where: str) -> None:
+    """A manifest entry names a plain local file and a durable file of this snapshot's
+    forms, with a size and a SHA-256; anything else (a path, `..`, an absolute name)
+    is refused before a byte is written."""
+    if not isinstance(entry, dict):
+        raise CorruptStateError(f"snapshot manifest {where} holds an entry that is not an object: {entry!r}")
+    name, durable_name = entry.get("name"), entry.get("durable")
+    if not isinstance(name, str) or not _LOCAL_NAME.match(name) or ".." in name:
+        raise CorruptStateError(f"snapshot manifest {where} names a file {name!r} that is not a plain file name")
+    own = f"{SNAPSHOTS}/{version}/{name}"
+    shared = isinstance(durable_name, str) and _SHARED_NAME.match(durable_name) and name.endswith(".sst")
+    if durable_name != own and not shared:
+        raise CorruptStateError(
+            f"snapshot manifest {where} points file {name!r} at {durable_name!r}, which is not a file of this snapshot"
+        )
+    if type(entry.get("size")) is not int or entry["size"] < 0 or not isinstance(entry.get("sha256"), str):
+        raise CorruptStateError(f"snapshot manifest {where} gives file {name!r} no valid size and SHA-256")
 
 
 def restore_snapshot(durable: DurableDir, version: int, destination: str) -> None:
@@ -117,7 +157,7 @@ def restore_snapshot(durable: DurableDir, version: int, destination: str) -> Non
     shutil.rmtree(destination, ignore_errors=True)
     os.makedirs(destination)
     for entry in manifest["files"]:
-        local = os.path.join(destination, entry["name"])
+        local = os.path.join(destination, entry["name"])  # a plain name: checked by read_manifest
         try:
             durable.download(entry["durable"], local)
         except FileNotFoundError as e:
@@ -130,61 +170,3 @@ def restore_snapshot(durable: DurableDir, version: int, destination: str) -> Non
             )
 
 
-def _complete(durable: DurableDir, version: int, shared: dict[str, int]) -> dict | None:
-    """The manifest of `version` if every file it lists exists with its size, else None."""
-    try:
-        manifest = read_manifest(durable, version)
-    except (MissingStateError, CorruptStateError):
-        return None
-    own = {f"{SNAPSHOTS}/{version}/{info.base_name}": info.size for info in durable.list(f"{SNAPSHOTS}/{version}")}
-    for entry in manifest["files"]:
-        size = shared.get(entry["durable"], own.get(entry["durable"]))
-        if size != entry["size"]:
-            return None
-    return manifest
-
-
-def retain(
-    durable: DurableDir, latest: int, min_batches_to_retain: int, grace_seconds: float = 600.0
-) -> dict[str, int]:
-    """Delete what no version in [latest - min_batches_to_retain + 1, latest] needs.
-
-    Only a snapshot whose files are all present can stand in for older versions, and
-    shared files nobody refers to are deleted only once they are `grace_seconds` old
-    (another task may still be uploading the snapshot that will refer to them)."""
-    oldest_kept = latest - min_batches_to_retain + 1
-    shared_infos = durable.list(SHARED)
-    shared = {f"{SHARED}/{info.base_name}": info.size for info in shared_infos}
-    snapshots = snapshot_versions(durable)
-    base = None
-    for version in reversed([v for v in snapshots if v <= oldest_kept]):
-        if _complete(durable, version, shared) is not None:
-            base = version
-            break
-    if base is None:
-        return {"snapshots": 0, "changelogs": 0, "shared": 0}
-    old = [v for v in snapshots if v < base]
-    durable.delete(manifest_name(v) for v in old)
-    faults.point("retention:after-manifests")
-    for version in old:
-        durable.delete_dir(f"{SNAPSHOTS}/{version}")
-    changelogs = [v for v in changelog_versions(durable) if v <= base]
-    durable.delete(changelog_name(v) for v in changelogs)
-    faults.point("retention:after-changelogs")
-    referenced = set()
-    for version in snapshot_versions(durable):
-        try:
-            referenced.update(f["durable"] for f in read_manifest(durable, version)["files"])
-        except (MissingStateError, CorruptStateError):
-            log.warning("retention keeps shared files: snapshot %d of %s is unreadable", version, durable)
-            return {"snapshots": len(old), "changelogs": len(changelogs), "shared": 0}
-    now = time.time()
-    unused = [
-        f"{SHARED}/{info.base_name}"
-        for info in shared_infos
-        if f"{SHARED}/{info.base_name}" not in referenced
-        and (info.mtime is None or now - info.mtime.timestamp() >= grace_seconds)
-    ]
-    durable.delete(unused)
-    durable.delete_stale_temporaries()
-    return {"snapshots": len(old), "changelogs": len(changelogs), "shared": len(unused)}

@@ -75,5 +75,47 @@ __all__ = [
     "StrSerde",
     "TupleKeySerde",
     "escape",
+    "serde_for",
     "unescape",
 ]
+
+
+_BUILTIN_IDENTITIES = {
+    "bytes": BytesSerde,
+    "string": StrSerde,
+    "int64_key": Int64KeySerde,
+    "int64": IntSerde,
+    "float64": FloatSerde,
+    "json": JsonSerde,
+    "pickle": PickleSerde,
+    "arrow": ArrowSerde,
+}
+_TUPLE_TYPES = {"str": str, "int": int, "bytes": bytes}
+
+
+def serde_for(identity: str) -> Serde:
+    """The serde a recorded identity names: a built-in one, or `module:Class` built with no
+    arguments. Raises `ValueError` naming the identity when it cannot be had here."""
+    if not isinstance(identity, str):
+        raise TypeError(f"identity must be a str, got {type(identity).__name__}: {identity!r}")
+    builtin = _BUILTIN_IDENTITIES.get(identity)
+    if builtin is not None:
+        return builtin()
+    if identity.startswith("tuple(") and identity.endswith(")"):
+        names = identity[len("tuple(") : -1].split(",")
+        if all(n in _TUPLE_TYPES for n in names):
+            return TupleKeySerde(*(_TUPLE_TYPES[n] for n in names))
+    module, _, qualname = identity.partition(":")
+    if module and qualname:
+        import importlib
+
+        try:
+            target: object = importlib.import_module(module)
+            for part in qualname.split("."):
+                target = getattr(target, part)
+            serde = target()  # type: ignore[operator]
+        except Exception as e:
+            raise ValueError(f"serde {identity!r} cannot be built here: {e}") from e
+        if isinstance(serde, Serde):
+            return serde
+    raise ValueError(f"{identity!r} is not a serde identity this package knows")

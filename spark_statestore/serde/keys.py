@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from spark_statestore.serde.values import Serde
+from spark_statestore.serde.values import Serde, wrong_type
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -26,7 +26,7 @@ _TERMINATOR = b"\x00\x01"
 def _check_int64(value: Any, name: str) -> int:
     if type(value) is not int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}: {value!r}")
+            raise wrong_type(name, "an int", value)
         value = int(value)
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}")
@@ -37,9 +37,11 @@ class Int64KeySerde(Serde):
     """Signed 64-bit ints, 8 bytes big-endian with the sign bit flipped."""
 
     ordered = True
+    builtin = True
+    identity = "int64_key"  # type: ignore[assignment]
 
-    def encode(self, value: int) -> bytes:
-        return (_check_int64(value, "key") + _SIGN).to_bytes(8, "big")
+    def encode(self, value: int, name: str = "key") -> bytes:
+        return (_check_int64(value, name) + _SIGN).to_bytes(8, "big")
 
     def decode(self, data: bytes) -> int:
         return int.from_bytes(data, "big") - _SIGN
@@ -68,6 +70,8 @@ class TupleKeySerde(Serde):
 
     ordered = True
 
+    builtin = True
+
     def __init__(self, *component_types: type) -> None:
         if not component_types:
             raise ValueError("component_types must name at least one of str, int, bytes, got ()")
@@ -76,27 +80,34 @@ class TupleKeySerde(Serde):
                 raise TypeError(f"component_types may only hold str, int and bytes, got {t!r}")
         self.component_types = tuple(component_types)
 
-    def _encode_parts(self, values: Sequence[Any]) -> bytes:
+    def _encode_parts(self, values: Sequence[Any], name: str = "key") -> bytes:
         parts = []
         for i, (t, v) in enumerate(zip(self.component_types, values, strict=False)):
             if t is int:
-                parts.append((_check_int64(v, f"key[{i}]") + _SIGN).to_bytes(8, "big"))
+                parts.append((_check_int64(v, f"{name}[{i}]") + _SIGN).to_bytes(8, "big"))
             elif t is str:
                 if type(v) is not str:
-                    raise TypeError(f"key[{i}] must be a str, got {type(v).__name__}: {v!r}")
-                parts.append(escape(v.encode("utf-8")))
+                    raise TypeError(f"{name}[{i}] must be a str, got {type(v).__name__}: {v!r}")
+                try:
+                    parts.append(escape(v.encode("utf-8")))
+                except UnicodeEncodeError:
+                    raise ValueError(f"{name}[{i}] must be valid Unicode text, got {v!r}") from None
             else:
                 if not isinstance(v, bytes):
-                    raise TypeError(f"key[{i}] must be bytes, got {type(v).__name__}: {v!r}")
+                    raise TypeError(f"{name}[{i}] must be bytes, got {type(v).__name__}: {v!r}")
                 parts.append(escape(v))
         return b"".join(parts)
 
-    def encode(self, value: tuple) -> bytes:
+    @property
+    def identity(self) -> str:
+        return "tuple(" + ",".join(t.__name__ for t in self.component_types) + ")"
+
+    def encode(self, value: tuple, name: str = "key") -> bytes:
+        if value is None:
+            raise TypeError(f"{name} cannot be None")
         if not isinstance(value, tuple) or len(value) != len(self.component_types):
-            raise TypeError(
-                f"key must be a tuple of {len(self.component_types)} components, got {value!r}"
-            )
-        return self._encode_parts(value)
+            raise TypeError(f"{name} must be a tuple of {len(self.component_types)} components, got {value!r}")
+        return self._encode_parts(value, name)
 
     def prefix(self, *leading: Any) -> bytes:
         """Encoding of the leading components: every key starting with them has it as prefix."""

@@ -3,6 +3,12 @@
 A serde has `encode(obj) -> bytes` and `decode(data) -> obj`. `ordered` says whether
 byte order equals value order (only then do ranges over encoded keys follow value
 order). Value serdes need not be ordered.
+
+A serde has an `identity`: a short name for the built-in ones (`"string"`, `"int64"`,
+`"tuple(str,int)"`, ...), `module:QualifiedName` for others. The partition state records
+the identities of its stores' serdes, so a reader decodes the state without the processor
+and a query cannot reopen it with other serdes. The built-in serdes' `encode` takes the
+role of what it encodes (`name`: "value" or "key"), for error messages.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ class Serde:
     """Base of all serdes: `encode(obj) -> bytes`, `decode(bytes) -> obj`."""
 
     ordered = False
+    builtin = False  # built-in serdes take `name` in encode() and have a short identity
 
     def encode(self, value: Any) -> bytes:  # pragma: no cover - interface
         raise NotImplementedError
@@ -24,18 +31,38 @@ class Serde:
     def decode(self, data: bytes) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
+    @property
+    def identity(self) -> str:
+        """What the state records about this serde (see module docstring)."""
+        cls = type(self)
+        return f"{cls.__module__}:{cls.__qualname__}"
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def _typename(value: Any) -> str:
+    return f"{type(value).__name__}: {value!r}"
+
+
+def wrong_type(name: str, expected: str, value: Any) -> TypeError:
+    """The error for a value of the wrong type (`None` gets the API's own message)."""
+    if value is None:
+        return TypeError(f"{name} cannot be None")
+    return TypeError(f"{name} must be {expected}, got {_typename(value)}")
 
 
 class BytesSerde(Serde):
     """Identity: values are already bytes."""
 
+    builtin = True
+    identity = "bytes"  # type: ignore[assignment]
+
     ordered = True
 
-    def encode(self, value: bytes) -> bytes:
+    def encode(self, value: bytes, name: str = "value") -> bytes:
         if not isinstance(value, bytes):
-            raise TypeError(f"value must be bytes, got {type(value).__name__}: {value!r}")
+            raise wrong_type(name, "bytes", value)
         return value
 
     def decode(self, data: bytes) -> bytes:
@@ -45,12 +72,18 @@ class BytesSerde(Serde):
 class StrSerde(Serde):
     """UTF-8 text."""
 
+    builtin = True
+    identity = "string"  # type: ignore[assignment]
+
     ordered = True
 
-    def encode(self, value: str) -> bytes:
+    def encode(self, value: str, name: str = "value") -> bytes:
         if type(value) is not str:
-            raise TypeError(f"value must be a str, got {type(value).__name__}: {value!r}")
-        return value.encode("utf-8")
+            raise wrong_type(name, "a str", value)
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{name} must be valid Unicode text, got {value!r}") from None
 
     def decode(self, data: bytes) -> str:
         return data.decode("utf-8")
@@ -59,15 +92,18 @@ class StrSerde(Serde):
 class IntSerde(Serde):
     """Signed 64-bit ints, 8 bytes big-endian (two's complement)."""
 
-    def encode(self, value: int) -> bytes:
+    builtin = True
+    identity = "int64"  # type: ignore[assignment]
+
+    def encode(self, value: int, name: str = "value") -> bytes:
         if type(value) is not int:
             if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"value must be an int, got {type(value).__name__}: {value!r}")
+                raise wrong_type(name, "an int", value)
             value = int(value)
         try:
             return value.to_bytes(8, "big", signed=True)
         except OverflowError:
-            raise ValueError(f"value must fit in a signed 64-bit integer, got {value}") from None
+            raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}") from None
 
     def decode(self, data: bytes) -> int:
         return int.from_bytes(data, "big", signed=True)
@@ -79,9 +115,12 @@ _DOUBLE = struct.Struct(">d")
 class FloatSerde(Serde):
     """IEEE-754 doubles, 8 bytes big-endian."""
 
-    def encode(self, value: float) -> bytes:
+    builtin = True
+    identity = "float64"  # type: ignore[assignment]
+
+    def encode(self, value: float, name: str = "value") -> bytes:
         if not isinstance(value, (float, int)) or isinstance(value, bool):
-            raise TypeError(f"value must be a float, got {type(value).__name__}: {value!r}")
+            raise wrong_type(name, "a float", value)
         return _DOUBLE.pack(value)
 
     def decode(self, data: bytes) -> float:
@@ -91,11 +130,14 @@ class FloatSerde(Serde):
 class JsonSerde(Serde):
     """JSON documents (compact separators, UTF-8)."""
 
-    def encode(self, value: Any) -> bytes:
+    builtin = True
+    identity = "json"  # type: ignore[assignment]
+
+    def encode(self, value: Any, name: str = "value") -> bytes:
         try:
             return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError) as e:
-            raise TypeError(f"value is not JSON serializable: {value!r} ({e})") from None
+            raise TypeError(f"{name} is not JSON serializable: {value!r} ({e})") from None
 
     def decode(self, data: bytes) -> Any:
         return json.loads(data)
@@ -104,8 +146,14 @@ class JsonSerde(Serde):
 class PickleSerde(Serde):
     """Any picklable object (highest protocol). Only read state you wrote yourself."""
 
-    def encode(self, value: Any) -> bytes:
-        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    builtin = True
+    identity = "pickle"  # type: ignore[assignment]
+
+    def encode(self, value: Any, name: str = "value") -> bytes:
+        try:
+            return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            raise TypeError(f"{name} cannot be pickled: {_typename(value)} ({e})") from None
 
     def decode(self, data: bytes) -> Any:
         return pickle.loads(data)
@@ -114,13 +162,14 @@ class PickleSerde(Serde):
 class ArrowSerde(Serde):
     """`pyarrow.RecordBatch` or `Table` values as Arrow IPC streams (decoded as Tables)."""
 
-    def encode(self, value: Any) -> bytes:
+    builtin = True
+    identity = "arrow"  # type: ignore[assignment]
+
+    def encode(self, value: Any, name: str = "value") -> bytes:
         import pyarrow as pa
 
         if not isinstance(value, (pa.RecordBatch, pa.Table)):
-            raise TypeError(
-                f"value must be a pyarrow RecordBatch or Table, got {type(value).__name__}"
-            )
+            raise TypeError(f"{name} must be a pyarrow RecordBatch or Table, got {type(value).__name__}")
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, value.schema) as writer:
             writer.write(value)

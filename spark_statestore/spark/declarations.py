@@ -14,10 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_statestore.checkpoint.partition import StoreSpec
+from spark_statestore.partition.specs import StoreSpec
 from spark_statestore.serde import BytesSerde, Serde
+from spark_statestore.stores.window_spec import Clock
+from spark_statestore.validation import describe
 
-CLOCKS = ("watermark", "records")
+# in Spark, the external clock of a window store is the watermark
+CLOCKS = {"watermark": Clock.EXTERNAL, "records": Clock.RECORDS}
+
+
+def _check_serde(serde: Any, name: str) -> None:
+    if not isinstance(serde, Serde):
+        raise TypeError(f"{name} must be a Serde (see spark_statestore.Serdes), got {describe(serde)}")
 
 
 def _typed(store: Any, key_serde: Serde, value_serde: Serde) -> Any:
@@ -36,10 +44,12 @@ class KeyValue:
     cached: bool = True
 
     def __post_init__(self) -> None:
+        _check_serde(self.key_serde, "key_serde")
+        _check_serde(self.value_serde, "value_serde")
         self.spec()
 
     def spec(self) -> StoreSpec:
-        return StoreSpec.key_value(self.name, self.cached)
+        return StoreSpec.key_value(self.name, self.cached, self.key_serde.identity, self.value_serde.identity)
 
     def typed(self, store: Any) -> Any:
         return _typed(store, self.key_serde, self.value_serde)
@@ -60,8 +70,10 @@ class Window:
     clock: str = "watermark"
 
     def __post_init__(self) -> None:
-        if self.clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {CLOCKS}, got {self.clock!r}")
+        if not isinstance(self.clock, str) or self.clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {sorted(CLOCKS)}, got {describe(self.clock)}")
+        _check_serde(self.key_serde, "key_serde")
+        _check_serde(self.value_serde, "value_serde")
         self.spec()
 
     def spec(self) -> StoreSpec:
@@ -72,7 +84,9 @@ class Window:
             self.retain_duplicates,
             self.segment_interval,
             self.cached,
-            "external" if self.clock == "watermark" else "records",
+            CLOCKS[self.clock],
+            self.key_serde.identity,
+            self.value_serde.identity,
         )
 
     def typed(self, store: Any) -> Any:

@@ -14,7 +14,7 @@ partition, and not at all for a partition without data. The wrapper opens the
 partition's state at the task's first call (the same `TaskState` as every adapter) and
 prepares the batch's changelog when the task ends, through the task's entry in the
 metrics accumulator, which the Python worker sends once the task's output is complete
-and before the task reports success (see `task_state._FinishAtTaskEnd`). So a batch's
+and before the task reports success (see `TaskState.finish_at_task_end`). So a batch's
 changes are durable before Spark commits the batch, a failed attempt prepares nothing,
 and the partition is released by the task itself: the next batch of the partition can
 run in any Python worker. (A worker whose task raises exits, releasing its locks.)
@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
 
+from spark_statestore.errors import StateStoreError
 from spark_statestore.spark.declarations import Declaration
-from spark_statestore.spark.processor import state_config
-from spark_statestore.spark.task import current_task
+from spark_statestore.spark.operator import OperatorConfig, build_operator
+from spark_statestore.spark.task import TaskInfo, current_task
 from spark_statestore.spark.task_state import TaskState, state_of_current_task
 
 GroupFunction = Callable[[Any, Iterator[Any], Any, TaskState], Iterator[Any]]
@@ -41,23 +42,40 @@ def with_stores(
     `metrics_for(spark)`."""
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}: {func!r}")
-    config, _ = state_config(checkpoint_location, stores, "applyInPandasWithState", spark)
+    config, _ = build_operator(checkpoint_location, stores, "applyInPandasWithState", spark)
 
     def apply_with_stores(key: Any, frames: Iterator[Any], group_state: Any) -> Iterator[Any]:
-        state = state_of_current_task(config, current_task())
-        state.observe_watermark(_watermark(group_state))
-        try:
-            yield from func(key, frames, group_state, state)
-        except Exception:
-            state.abort()  # nothing of this attempt is prepared
-            raise
+        task = current_task()
+        if task is None:
+            raise StateStoreError("applyInPandasWithState with stores runs in tasks of a streaming query only")
+        yield from group_stream(func, config, task, key, frames, group_state)
 
     apply_with_stores.__name__ = getattr(func, "__name__", "apply_with_stores")
     return apply_with_stores
 
 
+def group_stream(
+    func: GroupFunction, config: OperatorConfig, task: TaskInfo, key: Any, frames: Iterator[Any], group_state: Any
+) -> Iterator[Any]:
+    """One key's call: the task's state (opened by its first key, prepared when the task
+    ends), `func`'s output; whatever ends it early, a failure or the consumer closing this
+    generator, releases the partition unprepared."""
+    state = state_of_current_task(config, task)
+    try:
+        state.observe_watermark(_watermark(group_state))
+        yield from func(key, frames, group_state, state)
+    except BaseException:
+        state.abort()
+        raise
+
+
 def _watermark(group_state: Any) -> int:
+    """The batch's watermark (-1 when the query has none: pyspark raises then)."""
+    from pyspark.errors import PySparkRuntimeError
+
     try:
         return int(group_state.getCurrentWatermarkMs())
-    except Exception:  # the query has no watermark
-        return -1
+    except PySparkRuntimeError as e:
+        if e.getCondition() == "CANNOT_WITHOUT":
+            return -1
+        raise

@@ -18,6 +18,8 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from spark_statestore.spark import compat
+
 log = logging.getLogger("spark_statestore.spark")
 
 SUMMED = (
@@ -75,6 +77,7 @@ class StateStoreMetrics:
         self._listener = _Listener(self)
         self.spark = spark
         self._late: dict[tuple, int] = {}
+        self._stopped = False
         spark.streams.addListener(self._listener)
         # before pyspark's own exit handler stops the JVM: a listener left registered makes
         # the JVM call back into a Python that is gone
@@ -151,17 +154,20 @@ class StateStoreMetrics:
             if summary is not None:
                 summary["rows_dropped_by_watermark"] = late
 
+    @property
+    def stopped(self) -> bool:
+        """Whether this collector stopped listening, or its SparkContext is gone."""
+        return self._stopped or self.spark.sparkContext._jsc is None
+
     def stop(self) -> None:
         """Stop listening (the collected metrics stay readable). Events Spark already queued
         are delivered first, so no call reaches a Python that has gone away."""
-        try:
-            self.spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
-        except Exception:
-            pass
-        try:
-            self.spark.streams.removeListener(self._listener)
-        except Exception:  # the session may be stopped already
-            pass
+        if self.stopped:
+            self._stopped = True
+            return
+        self._stopped = True
+        compat.drain_listener_bus(self.spark)
+        self.spark.streams.removeListener(self._listener)
 
 
 class _Listener(StreamingQueryListener):
@@ -187,15 +193,14 @@ class _Listener(StreamingQueryListener):
         self.onQueryProgress(event)
 
 
-def _driver_logger(spark: Any):
-    """Log through Spark's log4j (the driver log), else Python logging."""
-    try:
-        jlogger = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("spark_statestore")
-
-        def emit(message: str) -> None:
-            jlogger.info(message)
-            log.info(message)
-
-        return emit
-    except Exception:
+def _driver_logger(spark: Any) -> Any:
+    """Log into the driver's log (and Python logging); Python logging alone without a JVM."""
+    jlog = compat.driver_logger(spark)
+    if jlog is None:
         return log.info
+
+    def emit(message: str) -> None:
+        jlog(message)
+        log.info(message)
+
+    return emit

@@ -29,8 +29,8 @@ import pandas as pd
 from spark_statestore.cache.change import Change
 from spark_statestore.errors import StateStoreError
 from spark_statestore.spark.declarations import Declaration
-from spark_statestore.spark.processor import state_config
-from spark_statestore.spark.task import current_task
+from spark_statestore.spark.operator import OperatorConfig, build_operator
+from spark_statestore.spark.task import TaskInfo, current_task
 from spark_statestore.spark.task_state import TaskState
 
 PartitionFunc = Callable[[Iterator[Any], TaskState], "Iterator[Any] | None"]
@@ -66,43 +66,61 @@ def partition_function(
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}: {func!r}")
     operator = "mapInArrow" if arrow else "mapInPandas"
-    config, _ = state_config(checkpoint_location, stores, operator, spark, partitions)
-    declarations = {d.name: d for d in config.declarations}
-    arrow_schema = _arrow_schema(output_schema) if arrow and output_schema else None
-
-    def emit(batch_id: int, forwarded: list) -> Iterator[Any]:
-        frame = changes_frame(batch_id, forwarded, declarations)
-        forwarded.clear()
-        if not arrow:
-            yield frame
-            return
-        import pyarrow as pa
-
-        yield pa.RecordBatch.from_pandas(frame, schema=arrow_schema, preserve_index=False)
+    config, _ = build_operator(checkpoint_location, stores, operator, spark, partitions)
+    rows = ChangeRows(config, arrow, _arrow_schema(output_schema) if arrow and output_schema else None)
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         task = current_task()
         if task is None:
             raise StateStoreError(f"{operator} with stores runs in tasks of a streaming query only")
-        state = TaskState(config, task).open()
-        forwarded: list = []
-        if emit_changes:
-            state.forward_changes(lambda name, changes: forwarded.extend((name, c) for c in changes))
-        try:
-            for item in func(batches, state) or ():
-                yield item
-                if forwarded:
-                    yield from emit(task.batch_id, forwarded)
-            state.flush_caches()  # the end of the partition
-            if forwarded:
-                yield from emit(task.batch_id, forwarded)
-            state.finish()
-        except Exception:
-            state.abort()
-            raise
+        yield from partition_stream(func, config, task, batches, rows if emit_changes else None)
 
     run.__name__ = getattr(func, "__name__", "partition_function")
     return run
+
+
+class ChangeRows:
+    """Forwarded changes as output batches (Arrow record batches or pandas frames)."""
+
+    def __init__(self, config: OperatorConfig, arrow: bool, arrow_schema: Any) -> None:
+        self.declarations = {d.name: d for d in config.declarations}
+        self.arrow = arrow
+        self.arrow_schema = arrow_schema
+
+    def __call__(self, batch_id: int, forwarded: list[tuple[str, Change]]) -> Any:
+        frame = changes_frame(batch_id, forwarded, self.declarations)
+        if not self.arrow:
+            return frame
+        import pyarrow as pa
+
+        return pa.RecordBatch.from_pandas(frame, schema=self.arrow_schema, preserve_index=False)
+
+
+def partition_stream(
+    func: PartitionFunc, config: OperatorConfig, task: TaskInfo, batches: Iterator[Any], rows: ChangeRows | None
+) -> Iterator[Any]:
+    """One task of per-partition processing: open the partition's state, run `func`, emit
+    the forwarded changes as `rows` (if given), prepare at the end. Whatever ends it early,
+    a failure or the consumer closing this generator, releases the partition unprepared."""
+    forwarded: list[tuple[str, Change]] = []
+    on_changes = None
+    if rows is not None:
+        on_changes = lambda name, changes: forwarded.extend((name, c) for c in changes)  # noqa: E731
+    state = TaskState(config, task, on_changes=on_changes).open()
+    try:
+        for item in func(batches, state) or ():
+            yield item
+            if forwarded:
+                yield rows(task.batch_id, forwarded)  # type: ignore[misc]
+                forwarded.clear()
+        state.flush_caches()  # the end of the partition
+        if forwarded:
+            yield rows(task.batch_id, forwarded)  # type: ignore[misc]
+            forwarded.clear()
+        state.finish()
+    except BaseException:
+        state.abort()  # a failure, or Spark closing the output early (GeneratorExit)
+        raise
 
 
 def changes_frame(batch_id: int, forwarded: list[tuple[str, Change]], declarations: dict) -> pd.DataFrame:
@@ -125,10 +143,7 @@ def changes_frame(batch_id: int, forwarded: list[tuple[str, Change]], declaratio
 
 
 def _arrow_schema(ddl: str) -> Any:
-    from pyspark.sql import SparkSession
     from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import DataType
 
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise StateStoreError("output_schema needs an active SparkSession on the driver to be parsed")
-    return to_arrow_schema(spark._parse_ddl(ddl))
+    return to_arrow_schema(DataType.fromDDL(ddl))

@@ -27,49 +27,13 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from spark_statestore.checkpoint.partition import check_partition_count
 from spark_statestore.errors import StateStoreError
+from spark_statestore.spark import compat
 from spark_statestore.spark.declarations import Declaration
-from spark_statestore.spark.metrics import StateStoreMetrics
+from spark_statestore.spark.operator import build_operator
 from spark_statestore.spark.settings import StateStoreSettings
 from spark_statestore.spark.task import current_task
-from spark_statestore.spark.task_state import StateConfig, TaskState, check_checkpoint_location, declarations_of
-from spark_statestore.validation import check_int
-
-_collectors: list[StateStoreMetrics] = []
-
-
-def metrics_for(spark: Any) -> StateStoreMetrics:
-    """The driver's metrics collector of a SparkSession (one per session)."""
-    for collector in _collectors:
-        if collector.spark is spark:
-            return collector
-    collector = StateStoreMetrics(spark)
-    _collectors.append(collector)
-    return collector
-
-
-def state_config(
-    checkpoint_location: str,
-    stores: Sequence[Declaration],
-    operator: str,
-    spark: Any = None,
-    partitions: int | None = None,
-) -> tuple[StateConfig, StateStoreMetrics]:
-    """Build, on the driver, what tasks of an operator need to open their state."""
-    from pyspark.sql import SparkSession
-
-    spark = spark or SparkSession.getActiveSession()
-    if spark is None:
-        raise StateStoreError("building a stateful operator needs an active SparkSession on the driver")
-    settings = StateStoreSettings.from_spark(spark)
-    declarations = declarations_of(stores)
-    check_checkpoint_location(checkpoint_location)
-    if partitions is not None:
-        check_partition_count(checkpoint_location, check_int(partitions, "partitions", 1))
-    metrics = metrics_for(spark)
-    config = StateConfig(checkpoint_location, declarations, settings, metrics.accumulator, operator, partitions)
-    return config, metrics
+from spark_statestore.spark.task_state import TaskState
 
 
 class StoreProcessor(StatefulProcessor):
@@ -78,7 +42,7 @@ class StoreProcessor(StatefulProcessor):
     stores: ClassVar[Sequence[Declaration]] = ()
 
     def __init__(self, checkpoint_location: str, *, spark: Any = None) -> None:
-        self._config, self.metrics = state_config(
+        self._config, self.metrics = build_operator(
             checkpoint_location, self.stores, "transformWithStateInPandas", spark
         )
         self._state: TaskState | None = None
@@ -100,7 +64,7 @@ class StoreProcessor(StatefulProcessor):
         task = current_task()
         if task is not None:
             self._state = TaskState(self._config, task).open()
-            self._state.observe_watermark(_watermark_of(handle))
+            self._state.observe_watermark(compat.event_time_watermark(handle))
         self.setup(handle)
 
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
@@ -174,15 +138,3 @@ class StoreProcessor(StatefulProcessor):
     @property
     def partition(self) -> int | None:
         return None if self._state is None else self._state.task.partition
-
-
-def _watermark_of(handle: Any) -> int:
-    """The batch's event-time watermark, asked in init() so that partitions without rows or
-    timers learn it too (-1 when the query has no watermark)."""
-    client = getattr(handle, "_statefulProcessorApiClient", None)
-    if client is None:
-        return -1
-    try:
-        return int(client.get_timestamps("EventTime")[1])
-    except Exception:
-        return -1

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from spark_statestore.spark.slots import cache_bytes_per_task
+from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES
 from spark_statestore.txn.isolation import IsolationLevel
 
 ISOLATION_LEVEL = "spark.statestore.isolationLevel"
@@ -24,14 +25,6 @@ MIN_BATCHES_TO_RETAIN = "spark.statestore.minBatchesToRetain"
 LOCAL_DIR = "spark.statestore.localDir"
 LOCK_TIMEOUT = "spark.statestore.lockTimeout"
 
-DEFAULTS = {
-    ISOLATION_LEVEL: "READ_COMMITTED",
-    CACHE_MAX_BYTES: "10485760",
-    UNCOMMITTED_MAX_BYTES: "67108864",
-    SNAPSHOT_INTERVAL: "10",
-    MIN_BATCHES_TO_RETAIN: "100",
-    LOCK_TIMEOUT: "120",
-}
 _SLOT_KEYS = ("spark.master", "spark.executor.cores", "spark.task.cpus")
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
 _SIZE = re.compile(r"^\s*(-?\d+)\s*([a-zA-Z]*)\s*$")
@@ -59,50 +52,76 @@ def parse_int(key: str, value: str, minimum: int) -> int:
     return number
 
 
+def parse_isolation(key: str, value: str) -> IsolationLevel:
+    try:
+        return IsolationLevel.parse(value, key)
+    except ValueError:
+        raise ValueError(f"{key} must be READ_COMMITTED or READ_UNCOMMITTED, got {value!r}") from None
+
+
+def parse_local_dir(key: str, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise ValueError(f"{key} must be a directory path, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One `spark.statestore.*` key: its default (as Spark would hold it, or None: unset)
+    and how its value is read and checked."""
+
+    key: str
+    field: str
+    default: str | None
+    parse: Callable[[str, Any], Any]
+
+
+SETTINGS = (
+    Setting(ISOLATION_LEVEL, "isolation_level", "READ_COMMITTED", parse_isolation),
+    Setting(CACHE_MAX_BYTES, "cache_max_bytes", "10485760", lambda k, v: parse_bytes(k, v, 0)),
+    Setting(
+        UNCOMMITTED_MAX_BYTES,
+        "uncommitted_max_bytes",
+        str(DEFAULT_UNCOMMITTED_MAX_BYTES),
+        lambda k, v: parse_bytes(k, v, -1),
+    ),
+    Setting(SNAPSHOT_INTERVAL, "snapshot_interval", "10", lambda k, v: parse_int(k, v, 1)),
+    Setting(MIN_BATCHES_TO_RETAIN, "min_batches_to_retain", "100", lambda k, v: parse_int(k, v, 1)),
+    Setting(LOCAL_DIR, "local_dir", None, parse_local_dir),
+    Setting(LOCK_TIMEOUT, "lock_timeout", "120", lambda k, v: float(parse_int(k, v, 0))),
+)
+DEFAULTS = {s.key: s.default for s in SETTINGS if s.default is not None}
+
+
 @dataclass(frozen=True)
 class StateStoreSettings:
-    """Checked values of the `spark.statestore.*` settings."""
+    """Checked values of the `spark.statestore.*` settings (build with `from_conf`,
+    `from_spark` or `defaults()`)."""
 
-    isolation_level: IsolationLevel = IsolationLevel.READ_COMMITTED
-    cache_max_bytes: int = 10 << 20
-    uncommitted_max_bytes: int = 64 << 20
-    snapshot_interval: int = 10
-    min_batches_to_retain: int = 100
-    local_dir: str | None = None
-    lock_timeout: float = 120.0
+    isolation_level: IsolationLevel
+    cache_max_bytes: int
+    uncommitted_max_bytes: int
+    snapshot_interval: int
+    min_batches_to_retain: int
+    local_dir: str | None
+    lock_timeout: float
     slot_conf: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_conf(cls, get: Callable[[str], str | None]) -> "StateStoreSettings":
         """Settings from a lookup of configuration keys (None = not set)."""
-
-        def value(key: str) -> str:
-            found = get(key)
-            return DEFAULTS[key] if found is None else found
-
-        isolation = value(ISOLATION_LEVEL)
-        try:
-            level = IsolationLevel.parse(isolation, ISOLATION_LEVEL)
-        except ValueError:
-            raise ValueError(
-                f"{ISOLATION_LEVEL} must be READ_COMMITTED or READ_UNCOMMITTED, got {isolation!r}"
-            ) from None
-        local_dir = get(LOCAL_DIR)
-        if local_dir is not None and not local_dir.strip():
-            raise ValueError(f"{LOCAL_DIR} must be a directory path, got {local_dir!r}")
+        values = {}
+        for setting in SETTINGS:
+            found = get(setting.key)
+            values[setting.field] = setting.parse(setting.key, setting.default if found is None else found)
         slots = {k: v for k in _SLOT_KEYS if (v := get(k)) is not None}
-        settings = cls(
-            isolation_level=level,
-            cache_max_bytes=parse_bytes(CACHE_MAX_BYTES, value(CACHE_MAX_BYTES), 0),
-            uncommitted_max_bytes=parse_bytes(UNCOMMITTED_MAX_BYTES, value(UNCOMMITTED_MAX_BYTES), -1),
-            snapshot_interval=parse_int(SNAPSHOT_INTERVAL, value(SNAPSHOT_INTERVAL), 1),
-            min_batches_to_retain=parse_int(MIN_BATCHES_TO_RETAIN, value(MIN_BATCHES_TO_RETAIN), 1),
-            local_dir=local_dir,
-            lock_timeout=float(parse_int(LOCK_TIMEOUT, value(LOCK_TIMEOUT), 0)),
-            slot_conf=slots,
-        )
+        settings = cls(slot_conf=slots, **values)
         settings.cache_bytes_per_task()  # checks spark.task.cpus
         return settings
+
+    @classmethod
+    def defaults(cls) -> "StateStoreSettings":
+        return cls.from_conf(lambda key: None)
 
     @classmethod
     def from_spark(cls, spark: Any) -> "StateStoreSettings":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spark_statestore.spark import compat
+
 
 @dataclass(frozen=True)
 class TaskInfo:
@@ -24,17 +26,17 @@ def current_task() -> TaskInfo | None:
     context = TaskContext.get()
     if context is None:
         return None
-    batch = context.getLocalProperty("streaming.sql.batchId")
+    batch = context.getLocalProperty(compat.BATCH_ID_PROPERTY)
     if batch is None:
         raise RuntimeError(
-            "spark_statestore state is only available in streaming queries: this task has no "
-            "streaming.sql.batchId (was the DataFrame read with spark.read instead of spark.readStream?)"
+            f"spark_statestore state is only available in streaming queries: this task has no "
+            f"{compat.BATCH_ID_PROPERTY} (was the DataFrame read with spark.read instead of spark.readStream?)"
         )
     return TaskInfo(
         batch_id=int(batch),
         partition=context.partitionId(),
         attempt=context.attemptNumber(),
         task_attempt_id=context.taskAttemptId(),
-        query_id=context.getLocalProperty("sql.streaming.queryId"),
+        query_id=context.getLocalProperty(compat.QUERY_ID_PROPERTY),
         stage_id=context.stageId(),
     )

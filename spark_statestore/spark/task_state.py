@@ -3,101 +3,59 @@
 A task opens its partition's `PartitionState` for its micro-batch (`open`), works on the
 typed stores, and at its end prepares the batch's changelog and releases the partition
 (`finish`), reporting its metrics; a failed attempt releases it without preparing
-(`abort`). The prepared changelog commits when Spark runs the next batch.
-
-Python workers are reused across tasks, one task at a time. A worker keeps the record
-cache (`ThreadCache`, this task slot's share of the executor budget) from task to task,
-and closes any partition state an earlier task left open (a task that failed without
-reaching `abort`), so that a partition is never held by an idle worker.
+(`abort`). The prepared changelog commits when Spark runs the next batch. What a worker
+keeps between tasks (record cache, uploader, open states) is its `WorkerRuntime`.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable
 
-from spark_statestore.cache.thread_cache import ThreadCache
-from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
-from spark_statestore.checkpoint.partition import PartitionState
+from spark_statestore.cache.change import Change
 from spark_statestore.errors import StateStoreError
-from spark_statestore.spark.declarations import Declaration
-from spark_statestore.spark.settings import StateStoreSettings
+from spark_statestore.partition.state import PartitionState
+from spark_statestore.spark import compat
+from spark_statestore.spark.operator import OperatorConfig
+from spark_statestore.spark.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.task import TaskInfo
 from spark_statestore.stores.api import WindowStore
+from spark_statestore.stores.window_spec import Clock
 from spark_statestore.txn.isolation import IsolationLevel
 
-_open_states: dict[int, "TaskState"] = {}
-_worker_cache: ThreadCache | None = None
-
-
-def worker_cache(bytes_per_task: int) -> ThreadCache | None:
-    """This worker's record cache, sized to one task slot's share (None if 0)."""
-    global _worker_cache
-    if bytes_per_task <= 0:
-        return None
-    if _worker_cache is None:
-        _worker_cache = ThreadCache(bytes_per_task)
-    elif _worker_cache.max_bytes != bytes_per_task:
-        _worker_cache.resize(bytes_per_task)
-    return _worker_cache
-
-
-def check_checkpoint_location(location: Any) -> str:
-    """Fail early, with the path, if the state cannot be written under `location`."""
-    if not isinstance(location, str) or not location.strip():
-        raise ValueError(f"checkpoint_location must be a non-empty string, got {location!r}")
-    try:
-        fs, root = resolve_location(location)
-        durable = DurableDir(fs, f"{root}/statestore")
-        probe = f"_probe-{uuid.uuid4().hex}"
-        durable.publish_bytes(probe, b"")
-        durable.delete([probe])
-    except ValueError:
-        raise
-    except Exception as e:
-        raise ValueError(f"checkpoint location {location!r} is not writable: {e}") from e
-    return location
-
-
-@dataclass(frozen=True)
-class StateConfig:
-    """Everything a task needs to open its state; built on the driver, pickled with the
-    operator's function."""
-
-    checkpoint_location: str
-    declarations: tuple[Declaration, ...]
-    settings: StateStoreSettings
-    accumulator: Any = None
-    operator: str = "transformWithStateInPandas"
-    partitions: int | None = None
-
-    def __post_init__(self) -> None:
-        names = [d.name for d in self.declarations]
-        if len(set(names)) != len(names):
-            raise ValueError(f"stores must have distinct names, got {names}")
+OnChanges = Callable[[str, "list[Change]"], Any]
 
 
 class TaskState:
-    """The state a task works on (see module docstring)."""
+    """The state a task works on (see module docstring).
 
-    def __init__(self, config: StateConfig, task: TaskInfo) -> None:
+    `on_changes(store_name, changes)` receives what each cached store forwards when its
+    cache flushes (evictions, the end of the partition), with old values."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        task: TaskInfo,
+        *,
+        on_changes: OnChanges | None = None,
+        runtime: WorkerRuntime | None = None,
+    ) -> None:
         self.config = config
         self.task = task
         self.watermark = -1
         self.partition: PartitionState | None = None
+        self._on_changes = on_changes
+        self._runtime = runtime or worker_runtime()
         self._typed: dict[str, Any] = {}
         self._cache_start: dict[str, int] = {}
 
     def open(self) -> "TaskState":
-        for stale in list(_open_states.values()):
-            stale.abort()
+        runtime = self._runtime
+        runtime.abort_stale()
         settings = self.config.settings
-        cache = worker_cache(settings.cache_bytes_per_task())
-        if cache is not None:
-            self._cache_start = cache.stats()
-        self.partition = PartitionState(
+        cache = runtime.cache_for(settings.cache_bytes_per_task())
+        self._cache_start = cache.stats() if cache is not None else {}
+        partition = PartitionState(
             self.config.checkpoint_location,
             self.task.partition,
             [d.spec() for d in self.config.declarations],
@@ -106,13 +64,23 @@ class TaskState:
             min_batches_to_retain=settings.min_batches_to_retain,
             uncommitted_max_bytes=settings.uncommitted_max_bytes,
             cache=cache,
+            on_changes=self._on_changes,
             lock_timeout=settings.lock_timeout,
             partitions=self.config.partitions,
+            uploader=runtime.uploader,
         )
-        self.partition.open(self.task.batch_id)
-        _open_states[id(self)] = self
-        self._typed = {d.name: d.typed(self.partition.store(d.name)) for d in self.config.declarations}
+        partition.open(self.task.batch_id)
+        self.partition = partition
+        runtime.opened(self)
+        self._typed = {d.name: d.typed(partition.store(d.name)) for d in self.config.declarations}
         return self
+
+    def _open_partition(self) -> PartitionState:
+        if self.partition is None:
+            raise StateStoreError(
+                f"the state of partition {self.task.partition} is not open in this task (batch {self.task.batch_id})"
+            )
+        return self.partition
 
     def __getitem__(self, name: str) -> Any:
         return self.store(name)
@@ -122,7 +90,7 @@ class TaskState:
         try:
             return self._typed[name]
         except KeyError:
-            raise KeyError(f"no store {name!r}; this processor declares {list(self._typed)}") from None
+            raise KeyError(f"no store {name!r}; this operator declares {list(self._typed)}") from None
 
     def view(self, name: str, isolation: Any = None) -> Any:
         """A read-only view of store `name` (default: `spark.statestore.isolationLevel`).
@@ -130,54 +98,29 @@ class TaskState:
         READ_COMMITTED sees the state as of the start of this batch; READ_UNCOMMITTED also
         this batch's writes that reached the store (the record cache flushes at the end)."""
         level = IsolationLevel.parse(isolation or self.config.settings.isolation_level)
-        declaration = next(d for d in self.config.declarations if d.name == name)
-        store = self._bare(name)
-        return declaration.typed(store.read_only(level))
-
-    def _bare(self, name: str) -> Any:
-        assert self.partition is not None
-        store = self.partition.store(name)
-        return getattr(store, "wrapped", store)
+        declaration = self.config.declaration(name)
+        return declaration.typed(self._open_partition().store(name).read_only(level))
 
     def observe_watermark(self, watermark_ms: int | None) -> None:
         """Remember this batch's watermark (it moves watermark-clocked stores at the end)."""
         if watermark_ms is not None and watermark_ms > self.watermark:
             self.watermark = watermark_ms
 
-    def forward_changes(self, callback: Any) -> list[str]:
-        """Send what each cached store forwards when it flushes (evictions, the end of the
-        partition) to `callback(store_name, changes)`, with old values; returns the cached
-        stores' names."""
-        assert self.partition is not None
-        cached = []
-        for name, store in self.partition.stores.items():
-            if hasattr(store, "named_cache"):
-                store.send_old_values = True
-                store.on_flush = lambda changes, name=name: callback(name, changes)
-                cached.append(name)
-        return cached
-
     def flush_caches(self) -> None:
         """Flush every record cache now (what `finish` would do first)."""
-        assert self.partition is not None
-        for store in self.partition.stores.values():
-            if hasattr(store, "named_cache"):
-                store.named_cache.flush()
+        self._open_partition().flush_caches()
 
     def finish(self, report: bool = True) -> dict:
         """Prepare the batch's changelog, release the partition, report the metrics (to the
         accumulator, unless the record is being sent already: see `finish_at_task_end`)."""
-        partition = self.partition
-        if partition is None:
-            raise StateStoreError("the task's state is not open")
+        partition = self._open_partition()
         try:
-            if self.watermark > 0:
-                for store in partition.stores.values():
-                    if isinstance(store, WindowStore) and store.clock == "external":
+            windows = [s for s in partition.stores.values() if isinstance(s, WindowStore)]
+            if self.watermark >= 0:
+                for store in windows:
+                    if store.clock is Clock.EXTERNAL:
                         store.advance_stream_time(self.watermark)
-            dropped = sum(
-                s.metrics.dropped_records_total for s in partition.stores.values() if isinstance(s, WindowStore)
-            )
+            dropped = sum(s.metrics.dropped_records_total for s in windows)
             metrics = partition.prepare()
         except BaseException:
             self.abort()
@@ -189,21 +132,26 @@ class TaskState:
             accumulator.add([record])
         return record
 
+    def finish_at_task_end(self) -> None:
+        """Prepare when the task's output is complete (for operators without an
+        end-of-partition hook): the record reaches the metrics accumulator then."""
+        compat.run_at_task_end(self.config.accumulator, lambda: self.finish(report=False))
+
     def abort(self) -> None:
         """Release the partition without preparing (a failed or abandoned attempt)."""
         self._release()
 
     def _release(self) -> None:
-        _open_states.pop(id(self), None)
+        self._runtime.released(self)
         partition, self.partition = self.partition, None
         self._typed = {}
         if partition is not None:
             partition.close()
 
     def _record(self, metrics: dict, dropped: int) -> dict:
-        cache = _worker_cache
-        stats = cache.stats() if cache is not None and self._cache_start else {}
+        cache = self._runtime.cache
         start = self._cache_start
+        stats = cache.stats() if cache is not None and start else {}
 
         def delta(key: str) -> int:
             return stats.get(key, 0) - start.get(key, 0) if stats else 0
@@ -222,7 +170,7 @@ class TaskState:
             "prepare_seconds": metrics["prepare_seconds"],
             "rows_written": metrics["changelog_records"],
             "changelog_bytes": metrics["changelog_bytes"],
-            "uncommitted_bytes_peak": metrics["uncommitted_bytes"],
+            "uncommitted_bytes_peak": metrics["uncommitted_bytes_peak"],
             "spills": metrics["spills"],
             "cache_hits": delta("hits"),
             "cache_misses": delta("misses"),
@@ -234,38 +182,14 @@ class TaskState:
         }
 
 
-class _FinishAtTaskEnd:
-    """A task's entry in the metrics accumulator that prepares the task's batch when it is
-    sent. A Python worker pickles its accumulators' values once the task's output is
-    complete and before the task reports success; for operators without an end-of-
-    partition hook (applyInPandasWithState) that is the end of the task. A failure here
-    fails the task, so Spark never commits a batch whose changelog was not written."""
-
-    def __init__(self, state: "TaskState") -> None:
-        self.state = state
-
-    def __reduce__(self) -> tuple:
-        return dict, (self.state.finish(report=False),)
-
-
-def state_of_current_task(config: StateConfig, task: TaskInfo) -> "TaskState":
+def state_of_current_task(config: OperatorConfig, task: TaskInfo, runtime: WorkerRuntime | None = None) -> TaskState:
     """The state of the running task: opened by its first call, prepared when it ends."""
-    for state in _open_states.values():
+    runtime = runtime or worker_runtime()
+    for state in runtime.open_states.values():
         if state.task.task_attempt_id == task.task_attempt_id and state.config is config:
             return state
     if config.accumulator is None:
         raise StateStoreError("state that is prepared at the end of the task needs the metrics accumulator")
-    state = TaskState(config, task).open()
-    config.accumulator.add([_FinishAtTaskEnd(state)])
+    state = TaskState(config, task, runtime=runtime).open()
+    state.finish_at_task_end()
     return state
-
-
-def declarations_of(stores: Sequence[Declaration]) -> tuple[Declaration, ...]:
-    """Check a processor's store declarations."""
-    out = tuple(stores)
-    for declaration in out:
-        if not hasattr(declaration, "spec"):
-            raise TypeError(
-                f"stores must hold KeyValue(...) and Window(...) declarations, got {declaration!r}"
-            )
-    return out

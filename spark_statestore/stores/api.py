@@ -14,7 +14,17 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from spark_statestore.errors import StoreClosedError
 from spark_statestore.stores.iterators import StoreIterator
-from spark_statestore.validation import MAX_TIME, check_bound, check_key, check_time_range
+from spark_statestore.stores.rocksdb import storage_error
+from spark_statestore.stores.window_spec import Clock, WindowSpec
+from spark_statestore.validation import (
+    MAX_TIME,
+    check_bound,
+    check_key,
+    check_time,
+    check_time_range,
+    check_window_get,
+    check_window_put,
+)
 
 log = logging.getLogger("spark_statestore.stores")
 
@@ -96,6 +106,10 @@ class StateStore:
     def _end_iterators(self) -> None:
         for it in list(self._iterators):
             it.close()
+
+    def innermost(self) -> "StateStore":
+        """The store under every wrapper (a caching layer, say); this store if it wraps none."""
+        return self
 
     def flush(self) -> None:
         """Persist buffered data (nothing to do for stores that buffer nothing)."""
@@ -223,54 +237,75 @@ class WindowStoreMetrics:
 class WindowStore(StateStore, ABC):
     """A store of values per (key, window start) with retention (KIP-428, see API.md).
 
-    The public read methods validate their arguments, narrow the time range to live
-    windows and track the iterator; implementations provide `_read_key` and
+    The base class holds what every window store does the same way: argument checks, the
+    observed stream time and its clock (`WindowSpec.clock`), dropping and counting late
+    records, and narrowing reads to live windows. Implementations provide `_advance`
+    (a new stream time: expire what fell out), `_put_live`, `_get_live`, and `_read_key` /
     `_read_range`, which yield the records of an already-valid range.
-
-    `clock` says what advances the observed stream time: `"records"` (KIP-428: every
-    put, up to its window start) or `"external"` (only `advance_stream_time`, for callers
-    that own the clock, such as Spark's watermark: records then never expire each other
-    in the order they happen to be processed).
     """
 
-    CLOCKS = ("records", "external")
-
-    def __init__(
-        self,
-        name: str,
-        retention_period: int,
-        window_size: int,
-        retain_duplicates: bool,
-        on_close: Callable[[], Any] | None = None,
-        clock: str = "records",
-    ) -> None:
+    def __init__(self, name: str, spec: WindowSpec, on_close: Callable[[], Any] | None = None) -> None:
         super().__init__(name, on_close)
-        if clock not in self.CLOCKS:
-            raise ValueError(f"clock must be one of {self.CLOCKS}, got {clock!r}")
-        self.retention_period = retention_period
-        self.window_size = window_size
-        self.retain_duplicates = retain_duplicates
-        self.clock = clock
-        self._records_advance = clock == "records"
+        self.spec = spec
+        self.retention_period = spec.retention_period
+        self.window_size = spec.window_size
+        self.retain_duplicates = spec.retain_duplicates
+        self.clock = spec.clock
+        self._records_advance = spec.clock is Clock.RECORDS
+        self._stream_time = -1
         self.metrics = WindowStoreMetrics()
 
     @property
-    @abstractmethod
     def observed_stream_time(self) -> int:
-        """The largest window start put so far (-1 before the first put)."""
+        """The largest stream time observed so far (-1 before the first)."""
+        return self._stream_time
 
-    @abstractmethod
     def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
-        """Store `value` for `key` in the window starting at `window_start`."""
+        """Store `value` for `key` in the window starting at `window_start` (`None`
+        deletes); a record that is not live is dropped and counted."""
+        if not self._open:
+            raise self._closed()
+        key, value, window_start = check_window_put(key, value, window_start)
+        if window_start > self._stream_time and self._records_advance:
+            self._advance(window_start)
+        if window_start <= self.observed_stream_time - self.retention_period:
+            self.metrics.dropped_records_total += 1
+            log.debug("store %r dropped a record for expired window start %d", self._name, window_start)
+            return
+        self._put_live(key, value, window_start)
 
-    @abstractmethod
     def get(self, key: bytes, window_start: int) -> bytes | None:
         """The value of one window (the latest put, with `retain_duplicates`)."""
+        if not self._open:
+            raise self._closed()
+        key, window_start = check_window_get(key, window_start)
+        if window_start <= self.observed_stream_time - self.retention_period:
+            return None
+        try:
+            return self._get_live(key, window_start)
+        except Exception as e:
+            raise storage_error(e) from None
 
-    @abstractmethod
     def advance_stream_time(self, time: int) -> None:
         """Observe stream time `time` without a record, as a put at `time` would (expiring
         what falls out of the retention period). Earlier times change nothing."""
+        if not self._open:
+            raise self._closed()
+        time = check_time(time, "time")
+        if time > self._stream_time:
+            self._advance(time)
+
+    @abstractmethod
+    def _advance(self, time: int) -> None:
+        """Take `time` (greater than the current one) as the stream time."""
+
+    @abstractmethod
+    def _put_live(self, key: bytes, value: bytes | None, window_start: int) -> None:
+        """Write a record of a live window (checked arguments)."""
+
+    @abstractmethod
+    def _get_live(self, key: bytes, window_start: int) -> bytes | None:
+        """Read a record of a live window (checked arguments)."""
 
     @abstractmethod
     def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:

@@ -51,12 +51,12 @@ class MemoryKeySpace:
 
     def __init__(self) -> None:
         self._map = SortedMap()
-        self.get = self._map.data.get
+        self.get = self._map.get
         self.put = self._map.set
         self.delete = self._map.pop
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        get = self._map.data.get
+        get = self._map.get
         return [get(key) for key in keys]
 
     def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from spark_statestore.stores.api import KeyValueStore, prefix_end
 from spark_statestore.stores.keyspace import KeySpace, MemoryKeySpace
+from spark_statestore.stores.rocksdb import storage_error
 from spark_statestore.validation import check_key, check_value
 
 
@@ -44,20 +45,26 @@ class KeySpaceKeyValueStore(KeyValueStore):
             raise self._closed()
         if type(key) is not bytes:
             key = check_key(key)
-        return self._ks.get(key)
+        try:
+            return self._ks.get(key)
+        except Exception as e:
+            raise storage_error(e) from None
 
     def get_all(self, keys: Iterable[bytes]) -> list[bytes | None]:
         if not self._open:
             raise self._closed()
         checked = [k if type(k) is bytes else check_key(k) for k in keys]
-        return self._ks.get_many(checked) if checked else []
+        try:
+            return self._ks.get_many(checked) if checked else []
+        except Exception as e:
+            raise storage_error(e) from None
 
     def put_if_absent(self, key: bytes, value: bytes | None) -> bytes | None:
         if not self._open:
             raise self._closed()
         key = check_key(key)
         value = check_value(value)
-        previous = self._ks.get(key)
+        previous = self.get(key)
         if previous is None and value is not None:
             self._ks.put(key, value)
         return previous
@@ -71,7 +78,7 @@ class KeySpaceKeyValueStore(KeyValueStore):
         if not self._open:
             raise self._closed()
         key = check_key(key)
-        previous = self._ks.get(key)
+        previous = self.get(key)
         if previous is not None:
             self._ks.delete(key)
         return previous

@@ -16,15 +16,12 @@ ahead of an iterator's position are seen, and changes never break an open iterat
 
 from __future__ import annotations
 
-import logging
 import weakref
 from typing import Iterator
 
 from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.sorted_map import SortedMap
-from spark_statestore.validation import check_time, check_window_get, check_window_put
-
-log = logging.getLogger("spark_statestore.stores")
+from spark_statestore.stores.window_spec import WindowSpec
 
 
 class _Hold:
@@ -41,63 +38,38 @@ class InMemoryWindowStore(WindowStore):
 
     persistent = False
 
-    def __init__(
-        self,
-        name: str,
-        retention_period: int,
-        window_size: int,
-        retain_duplicates: bool = False,
-        clock: str = "records",
-    ) -> None:
-        super().__init__(name, retention_period, window_size, retain_duplicates, clock=clock)
+    def __init__(self, name: str, spec: WindowSpec) -> None:
+        super().__init__(name, spec)
         self._segments = SortedMap(eager=True)
-        self._stream_time = -1
         self._holds: weakref.WeakSet[_Hold] = weakref.WeakSet()
-
-    @property
-    def observed_stream_time(self) -> int:
-        return self._stream_time
 
     # -- writes -------------------------------------------------------------------------
 
-    def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
-        if not self._open:
-            raise self._closed()
-        key, value, window_start = check_window_put(key, value, window_start)
-        if window_start > self._stream_time and self._records_advance:
-            self._stream_time = window_start
+    def _advance(self, time: int) -> None:
+        self._stream_time = time
         self._expire()
-        if window_start <= self._stream_time - self.retention_period:
-            self.metrics.dropped_records_total += 1
-            log.debug("store %r dropped a record for expired window start %d", self._name, window_start)
-            return
+
+    def _put_live(self, key: bytes, value: bytes | None, window_start: int) -> None:
+        self._expire()  # what open iterators held back may be free now
         segments = self._segments
-        segment = segments.data.get(window_start)
+        segment = segments.get(window_start)
         if value is None:
             if segment is not None and not self.retain_duplicates:
                 segment.pop(key)
-                if not segment.data:
+                if not segment:
                     segments.pop(window_start)
             return
         if segment is None:
             segment = SortedMap()
             segments.set(window_start, segment)
         if self.retain_duplicates:
-            values = segment.data.get(key)
+            values = segment.get(key)
             if values is None:
                 segment.set(key, [value])
             else:
                 values.append(value)
         else:
             segment.set(key, value)
-
-    def advance_stream_time(self, time: int) -> None:
-        if not self._open:
-            raise self._closed()
-        time = check_time(time, "time")
-        if time > self._stream_time:
-            self._stream_time = time
-            self._expire()
 
     def _expire(self) -> None:
         """Drop expired segments that no open iterator still needs."""
@@ -116,16 +88,11 @@ class InMemoryWindowStore(WindowStore):
 
     # -- reads --------------------------------------------------------------------------
 
-    def get(self, key: bytes, window_start: int) -> bytes | None:
-        if not self._open:
-            raise self._closed()
-        key, window_start = check_window_get(key, window_start)
-        if window_start <= self._stream_time - self.retention_period:
-            return None
-        segment = self._segments.data.get(window_start)
+    def _get_live(self, key: bytes, window_start: int) -> bytes | None:
+        segment = self._segments.get(window_start)
         if segment is None:
             return None
-        value = segment.data.get(key)
+        value = segment.get(key)
         if value is not None and self.retain_duplicates:
             return value[-1]
         return value
@@ -149,12 +116,12 @@ class InMemoryWindowStore(WindowStore):
         self, key: bytes, lo: int, hi: int, reverse: bool, hold: _Hold
     ) -> Iterator[tuple[int, bytes]]:
         try:
-            segments = self._segments.data
+            segments = self._segments
             dups = self.retain_duplicates
             for start in self._segments.iter_keys(lo, hi, reverse=reverse):
                 if not reverse:
                     hold.start = start
-                value = segments[start].data.get(key)
+                value = segments.get(start).get(key)
                 if value is None:
                     continue
                 if dups:
@@ -176,22 +143,21 @@ class InMemoryWindowStore(WindowStore):
     ) -> Iterator[tuple[Windowed, bytes]]:
         new = tuple.__new__
         try:
-            segments = self._segments.data
+            segments = self._segments
             size = self.window_size
             dups = self.retain_duplicates
             for start in self._segments.iter_keys(lo, hi, reverse=reverse):
                 if not reverse:
                     hold.start = start
                 window = window_of(start, size)
-                segment = segments[start]
-                data = segment.data
+                segment = segments.get(start)
                 for key in segment.iter_keys(key_from, key_to, reverse=reverse):
                     if dups:
                         windowed = new(Windowed, (key, window))
-                        for one in _values_in_order(data[key], reverse):
+                        for one in _values_in_order(segment.get(key), reverse):
                             yield windowed, one
                     else:
-                        yield new(Windowed, (key, window)), data[key]
+                        yield new(Windowed, (key, window)), segment.get(key)
         finally:
             self._holds.discard(hold)
 

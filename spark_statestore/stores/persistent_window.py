@@ -27,16 +27,11 @@ from spark_statestore.serde import escape, unescape
 from spark_statestore.stores.api import Windowed, WindowStore, prefix_end, window_of
 from spark_statestore.stores.keyspace import KeySpace
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
-from spark_statestore.validation import check_time, check_window_get, check_window_put
+from spark_statestore.stores.window_spec import WindowSpec
 
 _STREAM_TIME_KEY = b"\xff\x01stream_time"
 _SEQUENCE_KEY = b"\xff\x02sequence"
 _SEQUENCE_BLOCK = 1 << 16
-
-
-def default_segment_interval(retention_period: int) -> int:
-    """Kafka Streams' default: half the retention period, at least one minute."""
-    return max(retention_period // 2, 60_000)
 
 
 class RocksDBWindowStore(WindowStore):
@@ -45,23 +40,15 @@ class RocksDBWindowStore(WindowStore):
     persistent = True
 
     def __init__(
-        self,
-        name: str,
-        keyspace: KeySpace,
-        retention_period: int,
-        window_size: int,
-        retain_duplicates: bool = False,
-        segment_interval: int | None = None,
-        on_close: Callable[[], Any] | None = None,
-        clock: str = "records",
+        self, name: str, keyspace: KeySpace, spec: WindowSpec, on_close: Callable[[], Any] | None = None
     ) -> None:
-        super().__init__(name, retention_period, window_size, retain_duplicates, on_close, clock)
+        super().__init__(name, spec, on_close)
         self._ks = keyspace
-        self.segment_interval = segment_interval or default_segment_interval(retention_period)
-        self.reload()
+        self.segment_interval = spec.segment
+        self._load_stream_state()
 
-    def reload(self) -> None:
-        """Re-read the stream time and sequence from the keyspace (after a rollback)."""
+    def _load_stream_state(self) -> None:
+        """Read the stream time and the duplicate sequence from the keyspace."""
         self._stream_time = self._persisted_stream_time()
         self._expired_below = 0
         raw = self._ks.get(_SEQUENCE_KEY)
@@ -74,10 +61,6 @@ class RocksDBWindowStore(WindowStore):
     @property
     def keyspace(self) -> KeySpace:
         return self._ks
-
-    @property
-    def observed_stream_time(self) -> int:
-        return self._stream_time
 
     # -- encoding -----------------------------------------------------------------------
 
@@ -100,15 +83,7 @@ class RocksDBWindowStore(WindowStore):
 
     # -- writes -------------------------------------------------------------------------
 
-    def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
-        if not self._open:
-            raise self._closed()
-        key, value, window_start = check_window_put(key, value, window_start)
-        if window_start > self._stream_time and self._records_advance:
-            self._observe(window_start)
-        if window_start <= self._stream_time - self.retention_period:
-            self.metrics.dropped_records_total += 1
-            return
+    def _put_live(self, key: bytes, value: bytes | None, window_start: int) -> None:
         if self.retain_duplicates:
             if value is not None:
                 self._ks.put(ws_bytes(window_start) + escape(key) + self._next_sequence(), value)
@@ -117,14 +92,7 @@ class RocksDBWindowStore(WindowStore):
         else:
             self._ks.put(ws_bytes(window_start) + key, value)
 
-    def advance_stream_time(self, time: int) -> None:
-        if not self._open:
-            raise self._closed()
-        time = check_time(time, "time")
-        if time > self._stream_time:
-            self._observe(time)
-
-    def _observe(self, time: int) -> None:
+    def _advance(self, time: int) -> None:
         """A new stream time: persist it (with the data) and expire what fell out."""
         self._stream_time = time
         self._ks.put(_STREAM_TIME_KEY, time.to_bytes(8, "big", signed=True))
@@ -140,12 +108,7 @@ class RocksDBWindowStore(WindowStore):
 
     # -- reads --------------------------------------------------------------------------
 
-    def get(self, key: bytes, window_start: int) -> bytes | None:
-        if not self._open:
-            raise self._closed()
-        key, window_start = check_window_get(key, window_start)
-        if window_start <= self.observed_stream_time - self.retention_period:
-            return None
+    def _get_live(self, key: bytes, window_start: int) -> bytes | None:
         if not self.retain_duplicates:
             return self._ks.get(ws_bytes(window_start) + key)
         prefix = ws_bytes(window_start) + escape(key)

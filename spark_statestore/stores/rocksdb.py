@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -26,14 +27,52 @@ from typing import Any, Iterator
 import rocksdict
 
 from spark_statestore.errors import CorruptStateError, StoreClosedError, StoreLockedError
+from spark_statestore.validation import check_name
 
 DEFAULT_COLUMN_FAMILY = "default"
 META_COLUMN_FAMILY = "__meta__"
 _RESERVED_PREFIX = "__"
+# written into a database directory once RocksDB reported damaged data in it: the copy is
+# not opened again (its owner rebuilds it from a durable copy)
+DAMAGE_MARKER = "DAMAGE-REPORTED"
+_DAMAGED_FILE = re.compile(r"(/\S+?\.(?:sst|log|blob))\b")
 
 
-def check_store_name(name: str) -> str:
-    """Store names double as column-family names; names starting with `__` are reserved."""
+def storage_error(error: BaseException) -> BaseException:
+    """The error to raise for an exception from rocksdict: data corruption (block
+    checksum mismatches, truncated files) becomes `CorruptStateError` naming the file, and
+    the database directory is marked damaged; anything else is returned unchanged."""
+    if type(error) is not Exception:
+        return error
+    text = str(error)
+    if not text.startswith(("Corruption", "IO error")):
+        return error
+    match = _DAMAGED_FILE.search(text)
+    where = "a RocksDB database"
+    if match is not None:
+        where = match.group(1)
+        directory = os.path.dirname(where)
+        if os.path.isdir(directory):
+            try:
+                with open(os.path.join(directory, DAMAGE_MARKER), "w") as marker:
+                    marker.write(text)
+            except OSError:
+                pass
+    damaged = CorruptStateError(f"RocksDB cannot read {where}: {text}")
+    damaged.__cause__ = error
+    return damaged
+
+
+def check_store_name(name: Any) -> str:
+    """Store names double as column-family names: non-empty text without NUL characters;
+    names starting with `__` and `default` are reserved."""
+    name = check_name(name)
+    if "\x00" in name:
+        raise ValueError(f"name must not contain NUL characters, got {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"name must be valid Unicode text, got {name!r}") from None
     if name.startswith(_RESERVED_PREFIX) or name == DEFAULT_COLUMN_FAMILY:
         raise ValueError(
             f"name {name!r} is reserved (names starting with '__' and 'default' are used internally)"
@@ -107,6 +146,11 @@ class RocksDatabase:
         entries = [e for e in os.listdir(path) if e != "LOCK"]
         if not entries:
             return []
+        if DAMAGE_MARKER in entries:
+            raise CorruptStateError(
+                f"RocksDB database at {path} was reported damaged earlier: "
+                f"{open(os.path.join(path, DAMAGE_MARKER)).read()[:300]}"
+            )
         if not os.path.exists(os.path.join(path, "CURRENT")):
             raise CorruptStateError(
                 f"RocksDB database at {path} is missing its CURRENT file "
@@ -275,27 +319,64 @@ def _scan(
     opts = rocksdict.ReadOptions()
     if hi is not None:
         opts.set_iterate_upper_bound(hi)
+    last: bytes | None = None
     if not reverse:
-        if lo is None:
-            yield from cf.items(read_opt=opts)
+        items = cf.items(read_opt=opts) if lo is None else cf.items(from_key=lo, read_opt=opts)
+        for item in items:
+            last = item[0]
+            yield item
+    else:
+        for item in cf.items(backwards=True, read_opt=opts):
+            if lo is not None and item[0] < lo:
+                return
+            last = item[0]
+            yield item
+    _check_scan_end(cf, opts, lo, hi, last, reverse)
+
+
+def _check_scan_end(
+    cf: rocksdict.Rdict, opts: rocksdict.ReadOptions, lo: bytes | None, hi: bytes | None,
+    last: bytes | None, reverse: bool,
+) -> None:
+    """rocksdict's item iterators end silently where RocksDB hit damaged data: look once
+    more from where the scan ended, and raise if RocksDB reports an error there."""
+    it = cf.iter(opts)
+    try:
+        if not reverse:
+            if last is None:
+                it.seek_to_first() if lo is None else it.seek(lo)
+            else:
+                it.seek(last)
+                if it.valid():
+                    it.next()
+        elif last is None:
+            it.seek_to_last() if hi is None else it.seek_for_prev(hi)
         else:
-            yield from cf.items(from_key=lo, read_opt=opts)
-        return
-    items = cf.items(backwards=True, read_opt=opts)
-    if lo is None:
-        yield from items
-        return
-    for item in items:
-        if item[0] < lo:
-            return
-        yield item
+            it.seek_for_prev(last)
+            if it.valid():
+                it.prev()
+        if not it.valid():
+            it.status()
+    except Exception as e:
+        raise storage_error(e) from None
+
+
+def _checked_position(it: rocksdict.RdictIter) -> bool:
+    """Whether the iterator points at an entry; an invalid one is checked for errors."""
+    if it.valid():
+        return True
+    try:
+        it.status()
+    except Exception as e:
+        raise storage_error(e) from None
+    return False
 
 
 def first_in(cf: rocksdict.Rdict, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
     """The first pair with `lo <= key < hi`, by one seek."""
     it = cf.iter()
     it.seek(lo)
-    if not it.valid():
+    if not _checked_position(it):
         return None
     key = it.key()
     if hi is not None and key >= hi:
@@ -309,9 +390,43 @@ def last_in(cf: rocksdict.Rdict, lo: bytes | None, hi: bytes) -> tuple[bytes, by
     it.seek_for_prev(hi)
     if it.valid() and it.key() >= hi:
         it.prev()
-    if not it.valid():
+    if not _checked_position(it):
         return None
     key = it.key()
     if lo is not None and key < lo:
         return None
     return key, it.value()
+
+
+def verify_database(path: str) -> None:
+    """Read every entry of every column family of the database at `path` (a checkpoint,
+    say) with checksums on; raise `CorruptStateError` naming the file RocksDB cannot read."""
+    opts = rocksdict.Options(raw_mode=True)
+    try:
+        names = rocksdict.Rdict.list_cf(path, opts)
+        families = {n: rocksdict.Options(raw_mode=True) for n in names if n != DEFAULT_COLUMN_FAMILY}
+        db = rocksdict.Rdict(path, opts, column_families=families, access_type=rocksdict.AccessType.read_only())
+    except Exception as e:
+        raise CorruptStateError(f"cannot open the RocksDB database at {path} to verify it: {e}") from e
+    read = rocksdict.ReadOptions()
+    read.set_verify_checksums(True)
+    read.fill_cache(False)
+    cfs = []
+    try:
+        for name in names:
+            cf = db if name == DEFAULT_COLUMN_FAMILY else db.get_column_family(name)
+            cfs.append(cf)
+            it = cf.iter(read)
+            it.seek_to_first()
+            while it.valid():
+                it.next()
+            try:
+                it.status()
+            except Exception as e:
+                raise CorruptStateError(f"RocksDB cannot read column family {name!r} of {path}: {e}") from e
+            del it
+    finally:
+        for cf in cfs[::-1]:
+            if cf is not db:
+                cf.close()
+        db.close()

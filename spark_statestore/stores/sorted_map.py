@@ -1,5 +1,8 @@
 """`SortedMap`: a dict whose keys can also be walked in order, safely under mutation.
 
+The dict itself is `data` (read it; write through `set`/`pop`/`clear`, which keep the
+index and the version counter right).
+
 Point operations cost what a dict costs. The sorted index of keys (a
 `sortedcontainers.SortedList`) is built on the first ordered walk and maintained from then
 on, so a map that is only used for point reads and writes (most transaction buffers,
@@ -28,11 +31,13 @@ _NONE: Any = object()
 class SortedMap:
     """A dict (`data`) plus a lazily built, then maintained, sorted key index."""
 
-    __slots__ = ("data", "_keys", "version")
+    __slots__ = ("data", "get", "_keys", "version")
 
     def __init__(self, eager: bool = False, ordered: bool = False) -> None:
-        # `ordered`: `data` is an OrderedDict, so callers can keep a recency order in it
+        # `ordered`: keys also keep a recency order (`touch`, `oldest_key`), for LRU caches
         self.data: dict = OrderedDict() if ordered else {}
+        # `get(key, default=None)`: the dict's own method, bound once (no Python frame)
+        self.get = self.data.get
         self._keys: SortedList | None = SortedList() if eager else None
         self.version = 0  # bumped on every insert of a new key and every removal
 
@@ -61,6 +66,18 @@ class SortedMap:
             keys.remove(key)
         self.version += 1
         return value
+
+    def items(self) -> Any:
+        """Every `(key, value)` pair, in insertion (or recency) order, not key order."""
+        return self.data.items()
+
+    def touch(self, key: Any) -> None:
+        """Make `key` the most recently used (maps built with `ordered=True`)."""
+        self.data.move_to_end(key)
+
+    def oldest_key(self) -> Any:
+        """The least recently used key (maps built with `ordered=True`); the map is not empty."""
+        return next(iter(self.data))
 
     def clear(self) -> None:
         self.data.clear()

@@ -8,9 +8,10 @@ Anything else (commit, metrics, stream time, ...) is passed through to the store
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+import functools
+from typing import Any, Callable, Iterable, Iterator
 
-from spark_statestore.serde import Serde
+from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
 from spark_statestore.stores.api import KeyValueStore, Windowed, WindowStore
 from spark_statestore.stores.iterators import StoreIterator
 
@@ -39,12 +40,26 @@ def _decoded(source: StoreIterator, decode_item) -> StoreIterator:
     return StoreIterator(walk())
 
 
+def _key_encoder(serde: Serde) -> Callable[[Any], bytes]:
+    """Encode keys, with errors that say "key" (and `None` refused, as API.md says)."""
+    if isinstance(serde, Serde) and serde.builtin and not isinstance(serde, (JsonSerde, PickleSerde)):
+        return functools.partial(serde.encode, name="key")  # refuses None itself
+    encode = serde.encode
+
+    def encode_key(key: Any) -> bytes:
+        if key is None:
+            raise TypeError("key cannot be None")
+        return encode(key)
+
+    return encode_key
+
+
 class _Typed:
     def __init__(self, store: Any, key_serde: Serde, value_serde: Serde) -> None:
         self.store = store
         self.key_serde = key_serde
         self.value_serde = value_serde
-        self._ek = key_serde.encode
+        self._ek = _key_encoder(key_serde)
         self._dk = key_serde.decode
         self._ev = value_serde.encode
         self._dv = value_serde.decode
@@ -124,7 +139,7 @@ class TypedKeyValueStore(_Typed):
 
     def prefix_scan(self, prefix: Any) -> StoreIterator:
         """Keys starting with `prefix`; for tuple keys, `prefix` is a tuple of leading components."""
-        if isinstance(prefix, tuple) and hasattr(self.key_serde, "prefix"):
+        if isinstance(prefix, tuple) and isinstance(self.key_serde, TupleKeySerde):
             raw = self.key_serde.prefix(*prefix)
         else:
             raw = self._ek(prefix)

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import rocksdict
 
-from spark_statestore import faults
+from spark_statestore.faults import fault_point
 from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase
 
 DEFAULT_CHUNK_BYTES = 4 << 20
@@ -56,7 +56,7 @@ def apply_changes(
             if size >= chunk_bytes:
                 db.write(batch)
                 batches += 1
-                faults.point("apply:after-chunk")
+                fault_point("apply:after-chunk")
                 batch = rocksdict.WriteBatch(raw_mode=True)
                 size = 0
         meta = handle(META_COLUMN_FAMILY)

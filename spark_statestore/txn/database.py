@@ -26,19 +26,22 @@ import threading
 import time
 import weakref
 from itertools import chain
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Protocol
 
-from spark_statestore import faults
+from spark_statestore.faults import fault_point
 from spark_statestore.errors import StateStoreError, StoreClosedError
 from spark_statestore.stores.api import prefix_end
 from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
 from spark_statestore.stores.kv_store import RocksDBKeyValueStore
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
 from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase, check_store_name
+from spark_statestore.stores.window_spec import Clock, WindowSpec
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES, apply_changes
+from spark_statestore.txn.budget import MemoryBudget
 from spark_statestore.txn.isolation import IsolationLevel
-from spark_statestore.txn.keyspace import STAGING_PREFIX, TransactionalKeySpace, _decode_staged
+from spark_statestore.txn.keyspace import STAGING_PREFIX, TransactionalKeySpace, decode_staged
 from spark_statestore.txn.metrics import TransactionMetrics
+from spark_statestore.txn.stores import TransactionalKeyValueStore, TransactionalWindowStore
 from spark_statestore.txn.views import (
     KEY_VALUE_READS,
     WINDOW_READS,
@@ -46,15 +49,40 @@ from spark_statestore.txn.views import (
     LockedKeySpace,
     ReadOnlyView,
 )
-from spark_statestore.validation import check_int
+from spark_statestore.validation import check_int, check_name, describe
 
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 << 20
 _MARKER_KEY = b"txn:commit-marker"
 _OFFSET_PREFIX = b"offset:"
+_PROPERTY_PREFIX = b"property:"
+
+Ranges = Mapping[str, "list[tuple[bytes, bytes]]"]
+Entries = Iterable[tuple[str, bytes, "bytes | None"]]
+
+
+class ChangeSink(Protocol):
+    """Where a transaction writes its change set (a changelog writer, for instance)."""
+
+    def delete_range(self, store: str, lo: bytes, hi: bytes) -> None: ...
+
+    def put(self, store: str, key: bytes, value: bytes | None) -> None: ...
+
+
+def _utf8(name: str, what: str) -> bytes:
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a str, got {describe(name)}")
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} must be valid Unicode text, got {name!r}") from None
 
 
 def _offset_key(name: str) -> bytes:
-    return _OFFSET_PREFIX + name.encode("utf-8")
+    return _OFFSET_PREFIX + _utf8(name, "offset name")
+
+
+def _property_key(name: str) -> bytes:
+    return _PROPERTY_PREFIX + _utf8(name, "property name")
 
 
 def check_offsets(offsets: Any) -> dict[str, int]:
@@ -67,6 +95,7 @@ def check_offsets(offsets: Any) -> dict[str, int]:
     for name, value in offsets.items():
         if not isinstance(name, str):
             raise TypeError(f"offsets keys must be str, got {type(name).__name__}: {name!r}")
+        _offset_key(name)
         if type(value) is not int or not -(2**63) <= value < 2**63:
             raise TypeError(f"offsets[{name!r}] must be a 64-bit int, got {type(value).__name__}: {value!r}")
         out[name] = value
@@ -89,7 +118,7 @@ class TransactionalDatabase:
     ) -> None:
         limit = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
         self.uncommitted_max_bytes = limit
-        self.memory_limit: float = math.inf if limit < 0 else limit
+        self.budget = MemoryBudget(math.inf if limit < 0 else limit, self.spill)
         self.commit_chunk_bytes = check_int(commit_chunk_bytes, "commit_chunk_bytes", 1)
         self.db = RocksDatabase(
             path,
@@ -99,7 +128,6 @@ class TransactionalDatabase:
             replayable=replayable,
         )
         self.path = self.db.path
-        self.memory_bytes = 0
         self.metrics = TransactionMetrics()
         self._lock = threading.RLock()
         self._keyspaces: dict[str, TransactionalKeySpace] = {}
@@ -114,7 +142,7 @@ class TransactionalDatabase:
 
     # -- stores -------------------------------------------------------------------------
 
-    def _new_keyspace(self, name: str, spec: dict) -> TransactionalKeySpace:
+    def _new_keyspace(self, name: Any, spec: dict) -> TransactionalKeySpace:
         self._check_open()
         check_store_name(name)
         if name in self._stores:
@@ -122,13 +150,12 @@ class TransactionalDatabase:
         self.db.register_store(name, spec)
         keyspace = self._keyspaces.get(name)
         if keyspace is None:
-            keyspace = self._keyspaces[name] = TransactionalKeySpace(self, name)
+            keyspace = self._keyspaces[name] = TransactionalKeySpace(self.db, name, self.budget)
         return keyspace
 
-    def key_value_store(self, name: str, on_close: Any = None) -> Any:
+    def key_value_store(self, name: str, on_close: Any = None) -> TransactionalKeyValueStore:
         """The transactional key-value store `name` of this database."""
-        from spark_statestore.txn.stores import TransactionalKeyValueStore
-
+        name = check_name(name)
         keyspace = self._new_keyspace(name, {"kind": "key_value"})
         store = TransactionalKeyValueStore(name, keyspace, self, on_close)
         self._stores[name] = store
@@ -137,22 +164,23 @@ class TransactionalDatabase:
     def window_store(
         self,
         name: str,
-        retention_period: int,
-        window_size: int,
+        retention_period: Any,
+        window_size: Any,
         retain_duplicates: bool = False,
-        segment_interval: int | None = None,
+        segment_interval: Any = None,
         on_close: Any = None,
-        clock: str = "records",
-    ) -> Any:
-        """The transactional window store `name` of this database (parameters validated by
+        clock: Any = Clock.RECORDS,
+    ) -> TransactionalWindowStore:
+        """The transactional window store `name` of this database (parameters as for
         `Stores.persistent_window_store`)."""
-        from spark_statestore.txn.stores import TransactionalWindowStore
+        spec = WindowSpec.of(name, retention_period, window_size, retain_duplicates, segment_interval, clock)
+        return self.window_store_of(name, spec, on_close)
 
-        spec = {"kind": "window", "retain_duplicates": retain_duplicates, "window_size": window_size}
-        keyspace = self._new_keyspace(name, spec)
-        store = TransactionalWindowStore(
-            name, keyspace, self, retention_period, window_size, retain_duplicates, segment_interval, on_close, clock
-        )
+    def window_store_of(self, name: str, spec: WindowSpec, on_close: Any = None) -> TransactionalWindowStore:
+        """The transactional window store `name` with a checked `WindowSpec`."""
+        kind = {"kind": "window", "retain_duplicates": spec.retain_duplicates, "window_size": spec.window_size}
+        keyspace = self._new_keyspace(name, kind)
+        store = TransactionalWindowStore(name, keyspace, self, spec, on_close)
         self._stores[name] = store
         return store
 
@@ -163,25 +191,23 @@ class TransactionalDatabase:
     def stores(self) -> dict[str, Any]:
         return dict(self._stores)
 
-    def keyspace(self, name: str) -> TransactionalKeySpace:
-        return self._keyspaces[name]
-
-    @property
-    def keyspace_names(self) -> list[str]:
-        return list(self._keyspaces)
-
     # -- transactions -------------------------------------------------------------------
 
     def approximate_num_uncommitted_bytes(self) -> int:
         """Bytes written since the last commit (in memory and spilled)."""
-        return sum(ks.uncommitted_bytes for ks in self._keyspaces.values())
+        return self.budget.total
+
+    @property
+    def uncommitted_bytes_peak(self) -> int:
+        """The largest uncommitted byte count of the current transaction so far."""
+        return self.budget.peak
 
     def spill(self) -> None:
         """Move every store's in-memory buffer to its staging column family."""
         with self._lock:
             spilled = False
             for keyspace in self._keyspaces.values():
-                if keyspace.pending.data:
+                if keyspace.pending:
                     keyspace.spill()
                     spilled = True
             if spilled:
@@ -199,31 +225,86 @@ class TransactionalDatabase:
             if any(ks.staging is not None for ks in self._keyspaces.values()):
                 self._commit_staged(final)
             else:
-                faults.point("commit:before-write")
+                fault_point("commit:before-write")
                 apply_changes(self.db, self._ranges(), self._pending_entries(), final)
-                faults.point("commit:after-write")
-            for keyspace in self._keyspaces.values():
-                keyspace.reset()
+                fault_point("commit:after-write")
+            self._end_transaction()
         self.metrics.record_commit(time.perf_counter() - started)
+
+    def _end_transaction(self) -> None:
+        for keyspace in self._keyspaces.values():
+            keyspace.reset()
+        self.budget.reset()
+
+    def write_changes(self, sink: ChangeSink) -> None:
+        """Hand the transaction's change set to `sink`: every store's pending range
+        deletions first, then each store's final writes in key order (`None` = delete).
+        Nothing is committed; the transaction stays as it is."""
+        with self._lock:
+            for name, keyspace in self._keyspaces.items():
+                for lo, hi in keyspace.ranges:
+                    sink.delete_range(name, lo, hi)
+            for name, keyspace in self._keyspaces.items():
+                for key, value in keyspace.changes():
+                    sink.put(name, key, value)
+
+    def replay(
+        self,
+        ranges: Ranges,
+        entries: Entries,
+        offsets: Mapping[str, int],
+        properties: Mapping[str, str] | None = None,
+        chunk_bytes: float = math.inf,
+    ) -> None:
+        """Apply a committed change set that a redo record holds (a changelog) straight to
+        committed data: range deletions, then entries, then `offsets` and `properties`
+        together in the last batch. Large change sets are written in chunks of
+        `chunk_bytes`, so a crash can leave part of one: the caller redoes it from its
+        record, which is harmless (every entry is a final value). Needs no open transaction."""
+        self._check_open()
+        final = {_offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in check_offsets(offsets).items()}
+        for name, value in (properties or {}).items():
+            final[_property_key(name)] = value.encode("utf-8")
+        with self._lock:
+            if any(ks.pending or ks.ranges or ks.staging is not None for ks in self._keyspaces.values()):
+                raise StateStoreError(f"cannot replay changes into {self.path} while a transaction is open")
+            apply_changes(self.db, ranges, entries, final, chunk_bytes)
+
+    def get_property(self, name: str) -> str | None:
+        """A committed property (a small string the owner keeps with the data), or None."""
+        self._check_open()
+        raw = self._meta.get(_property_key(name))
+        return None if raw is None else raw.decode("utf-8")
+
+    def set_properties(self, properties: Mapping[str, str]) -> None:
+        """Write properties now, outside the transaction (durable at the next flush)."""
+        self._check_open()
+        for name, value in properties.items():
+            self._meta.put(_property_key(name), value.encode("utf-8"))
+
+    def checkpoint(self, destination: str) -> None:
+        """A RocksDB checkpoint of the committed data at `destination` (a new directory)."""
+        self._check_open()
+        self.db.checkpoint(destination)
 
     def _ranges(self) -> dict[str, list[tuple[bytes, bytes]]]:
         return {name: ks.ranges for name, ks in self._keyspaces.items() if ks.ranges}
 
     def _pending_entries(self) -> Iterator[tuple[str, bytes, bytes | None]]:
         for name, keyspace in self._keyspaces.items():
-            for key, value in keyspace.pending.data.items():
+            for key, value in keyspace.pending.items():
                 yield name, key, value
 
     def _commit_staged(self, final: dict[bytes, bytes | None]) -> None:
         self.spill()
-        faults.point("commit:after-spill")
+        fault_point("commit:after-spill")
         marker = {
             "offsets": {k.hex(): v.hex() for k, v in final.items() if v is not None},
             "ranges": {n: [[lo.hex(), hi.hex()] for lo, hi in r] for n, r in self._ranges().items()},
             "staged": [n for n, ks in self._keyspaces.items() if ks.staging is not None],
         }
         self._meta.put(_MARKER_KEY, json.dumps(marker).encode("utf-8"))
-        faults.point("commit:after-marker")
+        fault_point("commit:after-marker")
         try:
             self._apply_marker(marker)
         except BaseException as error:
@@ -240,7 +321,7 @@ class TransactionalDatabase:
             for name, spans in marker["ranges"].items()
         }
         entries = chain.from_iterable(
-            ((name, key, value) for key, value in _decode_staged(
+            ((name, key, value) for key, value in decode_staged(
                 ColumnFamilyKeySpace(self.db, STAGING_PREFIX + name).scan(None, None)
             ))
             for name in marker["staged"]
@@ -250,25 +331,20 @@ class TransactionalDatabase:
         }
         final[_MARKER_KEY] = None
         apply_changes(self.db, ranges, entries, final, self.commit_chunk_bytes)
-        faults.point("commit:after-apply")
+        fault_point("commit:after-apply")
 
     def rollback(self) -> None:
         """Discard every write since the last commit."""
         self._check_open()
         with self._lock:
-            for keyspace in self._keyspaces.values():
-                keyspace.reset()
+            self._end_transaction()
             for store in self._stores.values():
-                reload = getattr(store, "reload", None)
-                if reload is not None:
-                    reload()
+                store.after_rollback()
             self.metrics.rollbacks += 1
 
     def committed_offset(self, name: str) -> int | None:
         """The offset committed last under `name` (None if never)."""
         self._check_open()
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a str, got {type(name).__name__}: {name!r}")
         raw = self._meta.get(_offset_key(name))
         return None if raw is None else int.from_bytes(raw, "big", signed=True)
 
@@ -299,15 +375,7 @@ class TransactionalDatabase:
         if isolation is IsolationLevel.READ_COMMITTED:
             keyspace = LockedKeySpace(keyspace.committed, self._lock)
         if isinstance(store, RocksDBWindowStore):
-            inner: Any = FollowingWindowStore(
-                store.name,
-                keyspace,
-                store.retention_period,
-                store.window_size,
-                store.retain_duplicates,
-                store.segment_interval,
-                clock=store.clock,
-            )
+            inner: Any = FollowingWindowStore(store.name, keyspace, store.spec)
             allowed = WINDOW_READS
         else:
             inner = RocksDBKeyValueStore(store.name, keyspace)

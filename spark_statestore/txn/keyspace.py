@@ -13,17 +13,16 @@ key bytes; overwriting a pending key replaces its cost instead of adding to it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import rocksdict
 
-from spark_statestore import faults
+from spark_statestore.faults import fault_point
 from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
+from spark_statestore.stores.rocksdb import RocksDatabase
 from spark_statestore.stores.sorted_map import SortedMap
-
-if TYPE_CHECKING:
-    from spark_statestore.txn.database import TransactionalDatabase
+from spark_statestore.txn.budget import MemoryBudget
 
 STAGING_PREFIX = "__staging__"
 _MISSING = object()
@@ -34,7 +33,7 @@ _SPILL_BATCH_BYTES = 4 << 20
 Entry = tuple[bytes, "bytes | None"]
 
 
-def _decode_staged(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[Entry]:
+def decode_staged(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[Entry]:
     for key, raw in entries:
         yield key, (raw[1:] if raw[0] == 1 else None)
 
@@ -42,10 +41,11 @@ def _decode_staged(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[Entry]:
 class TransactionalKeySpace:
     """One store's keyspace inside a `TransactionalDatabase` transaction."""
 
-    def __init__(self, txn: "TransactionalDatabase", name: str) -> None:
-        self._txn = txn
+    def __init__(self, db: RocksDatabase, name: str, budget: MemoryBudget) -> None:
+        self._db = db
+        self._budget = budget
         self.name = name
-        self.committed = ColumnFamilyKeySpace(txn.db, name)
+        self.committed = ColumnFamilyKeySpace(db, name)
         self.staging_name = STAGING_PREFIX + name
         self.staging: ColumnFamilyKeySpace | None = None  # set while the buffer has spilled
         self.pending = SortedMap()
@@ -57,14 +57,11 @@ class TransactionalKeySpace:
 
     def _account(self, delta: int) -> None:
         self.memory_bytes += delta
-        txn = self._txn
-        txn.memory_bytes += delta
-        if txn.memory_bytes > txn.memory_limit:
-            txn.spill()
+        self._budget.charge(delta)  # may spill every buffer of the transaction
 
     def put(self, key: bytes, value: bytes) -> None:
         pending = self.pending
-        old = pending.data.get(key, _MISSING)
+        old = pending.get(key, _MISSING)
         if old is _MISSING:
             delta = len(key) + len(value)
         elif old is None:
@@ -76,7 +73,7 @@ class TransactionalKeySpace:
 
     def delete(self, key: bytes) -> None:
         pending = self.pending
-        old = pending.data.get(key, _MISSING)
+        old = pending.get(key, _MISSING)
         if old is None:
             return
         pending.set(key, None)
@@ -106,7 +103,7 @@ class TransactionalKeySpace:
     # -- reads --------------------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
-        value = self.pending.data.get(key, _MISSING)
+        value = self.pending.get(key, _MISSING)
         if value is not _MISSING:
             return value
         if self.staging is not None:
@@ -121,8 +118,8 @@ class TransactionalKeySpace:
         """Many gets: pending writes answered from the buffer, the rest by one multi-get."""
         if self.staging is not None or self.ranges:
             return [self.get(key) for key in keys]
-        pending = self.pending.data
-        out: list = [pending.get(key, _MISSING) for key in keys]
+        get = self.pending.get
+        out: list = [get(key, _MISSING) for key in keys]
         missing = [i for i, value in enumerate(out) if value is _MISSING]
         if missing:
             found = self.committed.get_many([keys[i] for i in missing])
@@ -134,7 +131,7 @@ class TransactionalKeySpace:
         """True when committed data alone answers reads of [lo, hi)."""
         if self.ranges or self.staging is not None:
             return False
-        if not self.pending.data:
+        if not self.pending:
             return True
         return next(self.pending.iter_keys(lo, hi, True, False), _MISSING) is _MISSING
 
@@ -151,7 +148,7 @@ class TransactionalKeySpace:
         committed = self._committed_outside_ranges(lo, hi, reverse)
         lower: Iterator[Entry] = committed  # type: ignore[assignment]
         if self.staging is not None:
-            staged = _decode_staged(self.staging.scan(lo, hi, reverse))
+            staged = decode_staged(self.staging.scan(lo, hi, reverse))
             lower = merge_sorted(staged, lower, reverse)
         merged = merge_sorted(self.pending.iter_items(lo, hi, True, False, reverse), lower, reverse)
         yield from without_tombstones(merged)
@@ -190,7 +187,7 @@ class TransactionalKeySpace:
 
     def flush(self) -> None:
         """Flush committed data to SST files; pending writes stay in the transaction."""
-        self._txn.db.flush()
+        self._db.flush()
 
     # -- transaction plumbing -----------------------------------------------------------
 
@@ -200,15 +197,15 @@ class TransactionalKeySpace:
 
     def spill(self) -> None:
         """Move the in-memory buffer to the staging column family (chunked batches)."""
-        if not self.pending.data:
+        if not self.pending:
             return
-        db = self._txn.db
+        db = self._db
         if self.staging is None:
             self.staging = ColumnFamilyKeySpace(db, self.staging_name)
         batch = rocksdict.WriteBatch(raw_mode=True)
         size = 0
         handle = db.handle(self.staging_name)
-        for key, value in self.pending.data.items():
+        for key, value in self.pending.items():
             if value is None:
                 batch.put(key, _TOMBSTONE, handle)
                 size += len(key)
@@ -220,11 +217,11 @@ class TransactionalKeySpace:
                 batch = rocksdict.WriteBatch(raw_mode=True)
                 size = 0
         del handle
-        faults.point("spill:before-last-write")
+        fault_point("spill:before-last-write")
         db.write(batch)
-        faults.point("spill:after-write")
+        fault_point("spill:after-write")
         self.spilled_bytes += self.memory_bytes
-        self._txn.memory_bytes -= self.memory_bytes
+        self._budget.spilled_to_disk(self.memory_bytes)
         self.memory_bytes = 0
         self.pending.clear()
 
@@ -234,18 +231,17 @@ class TransactionalKeySpace:
         pending = self.pending.iter_items()
         if self.staging is None:
             return pending
-        return merge_sorted(pending, _decode_staged(self.staging.scan(None, None)), False)
+        return merge_sorted(pending, decode_staged(self.staging.scan(None, None)), False)
 
     def reset(self) -> None:
         """Forget the transaction (after commit or rollback)."""
         self.pending.clear()
         self.ranges = []
-        self._txn.memory_bytes -= self.memory_bytes
         self.memory_bytes = 0
         self.spilled_bytes = 0
         if self.staging is not None:
             self.staging = None
-            self._txn.db.drop_column_family(self.staging_name)
+            self._db.drop_column_family(self.staging_name)
 
 
 def _covered(ranges: list[tuple[bytes, bytes]], key: bytes) -> bool:

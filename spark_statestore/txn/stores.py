@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from spark_statestore.stores.kv_store import RocksDBKeyValueStore
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
+from spark_statestore.stores.window_spec import WindowSpec
 from spark_statestore.txn.isolation import IsolationLevel
 from spark_statestore.txn.keyspace import TransactionalKeySpace
 from spark_statestore.txn.metrics import TransactionMetrics
@@ -62,6 +63,9 @@ class TransactionalStore:
     def transaction_metrics(self) -> TransactionMetrics:
         return self._database.metrics
 
+    def after_rollback(self) -> None:
+        """The database rolled the transaction back: drop what the store derived from it."""
+
 
 class TransactionalKeyValueStore(TransactionalStore, RocksDBKeyValueStore):
     """A RocksDB key-value store with KIP-892 transactions."""
@@ -85,14 +89,11 @@ class TransactionalWindowStore(TransactionalStore, RocksDBWindowStore):
         name: str,
         keyspace: TransactionalKeySpace,
         database: "TransactionalDatabase",
-        retention_period: int,
-        window_size: int,
-        retain_duplicates: bool = False,
-        segment_interval: int | None = None,
+        spec: WindowSpec,
         on_close: Callable[[], Any] | None = None,
-        clock: str = "records",
     ) -> None:
-        super().__init__(
-            name, keyspace, retention_period, window_size, retain_duplicates, segment_interval, on_close, clock
-        )
+        super().__init__(name, keyspace, spec, on_close)
         self._database = database
+
+    def after_rollback(self) -> None:
+        self._load_stream_state()  # the stream time and sequence were part of the transaction

@@ -17,6 +17,7 @@ import os
 import shutil
 import time
 
+from spark_statestore.checkpoint.snapshots import changelog_version
 from spark_statestore.errors import StoreLockedError
 
 
@@ -33,10 +34,6 @@ class LocalPartitionDir:
 
     def changelog(self, version: int) -> str:
         return os.path.join(self.changelog_dir, f"{version}.changelog")
-
-    def published_marker(self, version: int) -> str:
-        """Where the size and mtime of the durable copy of a prepared changelog are kept."""
-        return self.changelog(version) + ".published"
 
     def lock(self, timeout: float) -> None:
         """Take the partition's exclusive lock, waiting up to `timeout` seconds."""
@@ -80,11 +77,10 @@ class LocalPartitionDir:
             names = os.listdir(self.changelog_dir)
         except FileNotFoundError:
             return []
-        return sorted(int(n.split(".")[0]) for n in names if n.endswith(".changelog") and n[0].isdigit())
+        return sorted(v for v in map(changelog_version, names) if v is not None)
 
     def remove_changelog(self, version: int) -> None:
-        for path in (self.changelog(version), self.published_marker(version)):
-            try:
-                os.remove(path)
-            except FileNotFoundError:
-                pass
+        try:
+            os.remove(self.changelog(version))
+        except FileNotFoundError:
+            pass

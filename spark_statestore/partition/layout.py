@@ -1,0 +1,133 @@
+"""`Layout`: what a partition's state was built with, kept with every version.
+
+The stores (kind, window parameters, serde identities) and the number of partitions the
+query's state is split into. It is recorded in the partition's database (so snapshots
+carry it), in every changelog header, and in the query-level file `statestore/_layout`
+that the driver writes before any task runs (and that readers of the state use). Opening
+the state with a layout that contradicts a recorded one is refused, naming what differs:
+a store read back with another kind, window size or serde would be garbage. Adding a
+store is allowed (it starts empty).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pyarrow.fs as pafs
+
+from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.errors import StateStoreError
+from spark_statestore.partition.specs import StoreSpec
+from spark_statestore.validation import check_int
+
+
+class LayoutMismatchError(StateStoreError, ValueError):
+    """The state was built with other stores or another partition count."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The stores of a partition and the partition count (None: not fixed by the caller)."""
+
+    stores: tuple[StoreSpec, ...]
+    partitions: int | None = None
+
+    @staticmethod
+    def of(stores: Sequence[StoreSpec], partitions: int | None = None) -> "Layout":
+        names = [s.name for s in stores]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stores must have distinct names, got {names}")
+        if partitions is not None:
+            partitions = check_int(partitions, "partitions", 1)
+        return Layout(tuple(stores), partitions)
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.stores]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"partitions": self.partitions, "stores": {s.name: s.as_dict() for s in self.stores}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @staticmethod
+    def from_dict(data: Any, where: str) -> "Layout":
+        try:
+            stores = tuple(StoreSpec.from_dict(name, spec) for name, spec in data["stores"].items())
+            partitions = data.get("partitions")
+            return Layout(stores, None if partitions is None else int(partitions))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise StateStoreError(f"{where} holds an unreadable layout {data!r}: {e}") from e
+
+    @staticmethod
+    def from_json(text: str, where: str) -> "Layout":
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise StateStoreError(f"{where} holds an unreadable layout: {e}") from e
+        return Layout.from_dict(data, where)
+
+    def check_against(self, recorded: "Layout", location: str, where: str) -> None:
+        """Refuse to use state recorded with `recorded` under this layout."""
+        if self.partitions is not None and recorded.partitions is not None and recorded.partitions != self.partitions:
+            raise LayoutMismatchError(partition_count_message(location, recorded.partitions, self.partitions))
+        theirs = {s.name: s.as_dict() for s in recorded.stores}
+        for spec in self.stores:
+            old = theirs.get(spec.name)
+            if old is not None and old != spec.as_dict():
+                raise LayoutMismatchError(
+                    f"store {spec.name!r} of the state in {location} was created as {old} ({where}); "
+                    f"it cannot be opened as {spec.as_dict()}: keep the declaration, or start from a new "
+                    f"checkpoint location"
+                )
+
+    def merged_with(self, recorded: "Layout | None") -> "Layout":
+        """This layout plus stores only the recorded one has (their data stays)."""
+        if recorded is None:
+            return self
+        mine = set(self.names)
+        extra = tuple(s for s in recorded.stores if s.name not in mine)
+        partitions = self.partitions if self.partitions is not None else recorded.partitions
+        return Layout(self.stores + extra, partitions)
+
+
+def partition_count_message(location: str, recorded: int, wanted: int) -> str:
+    return (
+        f"the state in {location} is split into {recorded} partitions, but this query uses {wanted}: "
+        f"the partition count of a query's state cannot change (keep {recorded}, or start from a "
+        f"new checkpoint location)"
+    )
+
+
+QUERY_LAYOUT = "_layout"
+
+
+def _query_dir(location: str, filesystem: pafs.FileSystem | None) -> DurableDir:
+    fs, root = resolve_location(location, filesystem)
+    return DurableDir(fs, f"{root}/statestore")
+
+
+def read_query_layout(location: str, filesystem: pafs.FileSystem | None = None) -> Layout | None:
+    """The layout recorded for the state under `location` (None if none is)."""
+    durable = _query_dir(location, filesystem)
+    try:
+        raw = durable.read_bytes(QUERY_LAYOUT)
+    except FileNotFoundError:
+        return None
+    return Layout.from_json(raw.decode("utf-8", "replace"), durable.uri(QUERY_LAYOUT))
+
+
+def record_query_layout(location: str, layout: Layout, filesystem: pafs.FileSystem | None = None) -> Layout:
+    """On the driver, before any task runs: check `layout` against the one recorded for the
+    state under `location` and record it (with any stores added); returns what is recorded."""
+    recorded = read_query_layout(location, filesystem)
+    durable = _query_dir(location, filesystem)
+    if recorded is not None:
+        layout.check_against(recorded, location, durable.uri(QUERY_LAYOUT))
+    merged = layout.merged_with(recorded)
+    if recorded is None or merged.to_json() != recorded.to_json():
+        durable.publish_bytes(QUERY_LAYOUT, merged.to_json().encode("utf-8"))
+    return merged

@@ -1,0 +1,329 @@
+"""`PartitionState`: the partition-state protocol of DESIGN.md, free of Spark.
+
+One local RocksDB per (checkpoint location, partition) holds a column family per store
+and the metadata; the durable copy lives under `<checkpointLocation>/statestore/<partition>/`.
+Version N is the state after batch N.
+
+* `open(N)` loads version N-1 (`Recovery`), checks the stores against the recorded
+  layout, takes a snapshot when one is due, and opens the stores (behind the record cache
+  when the partition has one). Writes go to the transaction buffer of the database.
+* `prepare()` flushes the record caches, has the database write this batch's change set
+  into changelog N, locally, and publishes it durably (atomically). Nothing is applied:
+  changelog N commits when a later `open` applies it, after Spark committed batch N.
+* `close()` releases the partition; what was not prepared is discarded.
+
+The record cache of a worker outlives a partition's open/close: a store's cached entries
+are kept in a named cache keyed by the identity of the version they are valid for
+(`<local root>/<store>@<version>`), so a cache filled by one attempt is never used at a
+version another attempt produced.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Sequence
+
+import pyarrow.fs as pafs
+
+from spark_statestore.cache.change import Change
+from spark_statestore.cache.thread_cache import ThreadCache
+from spark_statestore.cache.wrapping import cached
+from spark_statestore.checkpoint.changelog import ChangelogWriter
+from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.snapshots import changelog_name
+from spark_statestore.errors import StateStoreError
+from spark_statestore.faults import fault_point
+from spark_statestore.partition.layout import Layout
+from spark_statestore.partition.local import LocalPartitionDir
+from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, VersionId
+from spark_statestore.partition.recovery import Recovery
+from spark_statestore.partition.specs import StoreSpec
+from spark_statestore.partition.stats import PartitionMetrics
+from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
+from spark_statestore.stores.rocksdb import verify_database
+from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
+from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
+from spark_statestore.validation import check_int, describe
+
+OnChanges = Callable[[str, "list[Change]"], Any]
+
+
+class PartitionState:
+    """The durable, versioned state of one partition (see module docstring)."""
+
+    def __init__(
+        self,
+        checkpoint_location: str,
+        partition: int,
+        stores: Sequence[StoreSpec],
+        *,
+        local_dir: str,
+        filesystem: pafs.FileSystem | None = None,
+        snapshot_interval: int = 10,
+        min_batches_to_retain: int = 100,
+        uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
+        cache: ThreadCache | None = None,
+        on_changes: OnChanges | None = None,
+        lock_timeout: float = 60.0,
+        retention_grace_seconds: float = 600.0,
+        apply_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        partitions: int | None = None,
+        every_batch: bool = True,
+        uploader: Uploader | None = None,
+    ) -> None:
+        self.partition = check_int(partition, "partition", 0)
+        self.uncommitted_max_bytes = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
+        self.layout = Layout.of(list(stores), partitions)
+        if self.layout.partitions is not None and self.partition >= self.layout.partitions:
+            raise ValueError(f"partition {self.partition} is out of range for {self.layout.partitions} partitions")
+        if cache is not None and not isinstance(cache, ThreadCache):
+            raise TypeError(f"cache must be a ThreadCache or None, got {type(cache).__name__}: {cache!r}")
+        if on_changes is not None and not callable(on_changes):
+            raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
+        self.checkpoint_location = checkpoint_location
+        fs, root = resolve_location(checkpoint_location, filesystem)
+        self.durable = DurableDir(fs, f"{root}/statestore/{self.partition}")
+        self.local = LocalPartitionDir(local_dir, checkpoint_location, self.partition)
+        self.cache = cache
+        self.on_changes = on_changes
+        self.lock_timeout = _check_seconds(lock_timeout, "lock_timeout")
+        self.apply_chunk_bytes = check_int(apply_chunk_bytes, "apply_chunk_bytes", 1)
+        self.every_batch = bool(every_batch)
+        self.snapshots = SnapshotSchedule(
+            self.durable,
+            self.local,
+            self.partition,
+            interval=check_int(snapshot_interval, "snapshot_interval", 1),
+            min_batches_to_retain=check_int(min_batches_to_retain, "min_batches_to_retain", 1),
+            retention_grace_seconds=_check_seconds(retention_grace_seconds, "retention_grace_seconds"),
+            verify=verify_database,
+        )
+        self._own_uploader = uploader is None
+        self.uploader = uploader or Uploader()
+        self.metrics = PartitionMetrics()
+        self.batch_id: int | None = None
+        self.committed: VersionId = EMPTY  # the version the open state was loaded at
+        self._db: TransactionalDatabase | None = None
+        self._stores: dict[str, Any] = {}
+        self._cached: dict[str, Any] = {}
+        self._prepared: VersionId | None = None
+        self._uploads: list[Future] = []
+
+    def __repr__(self) -> str:
+        state = f"batch {self.batch_id}" if self._db is not None else "closed"
+        return f"<PartitionState {self.partition} of {self.checkpoint_location} {state}>"
+
+    @property
+    def specs(self) -> tuple[StoreSpec, ...]:
+        return self.layout.stores
+
+    @property
+    def version(self) -> int:
+        """The version of the loaded state (-1: empty)."""
+        return self.committed.version
+
+    # -- open ---------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
+
+    def open(self, batch_id: int) -> None:
+        """Load the state after batch `batch_id - 1`, ready to process batch `batch_id`."""
+        batch_id = check_int(batch_id, "batch_id", 0)
+        if self._db is not None:
+            raise StateStoreError(f"partition {self.partition} is already open for batch {self.batch_id}")
+        started = time.perf_counter()
+        self.metrics = PartitionMetrics()
+        self.local.lock(self.lock_timeout)
+        try:
+            recovery = Recovery(
+                self.durable,
+                self.local,
+                self.partition,
+                self.layout,
+                self.checkpoint_location,
+                self._open_db,
+                self.metrics,
+                every_batch=self.every_batch,
+                chunk_bytes=self.apply_chunk_bytes,
+            )
+            db, committed = recovery.load(batch_id - 1)
+            try:
+                self._forget_local_changelogs()
+                meta = PartitionMetadata(db)
+                recorded = meta.layout()
+                layout = self.layout.merged_with(recorded)
+                if recorded is None or recorded.to_json() != layout.to_json():
+                    meta.record_layout(layout)
+                if self.snapshots.due(meta, committed):
+                    self.metrics.snapshot_version = committed.version
+                    self._uploads.append(self.snapshots.take(db, meta, committed, self.uploader))
+                self._open_stores(db, committed)
+            except BaseException:
+                db.close()
+                raise
+        except BaseException:
+            self.local.unlock()
+            raise
+        self._db = db
+        self.batch_id = batch_id
+        self.committed = committed
+        self._prepared = None
+        self.metrics.open_seconds = time.perf_counter() - started
+
+    def _open_db(self) -> TransactionalDatabase:
+        # changelogs redo what a crash loses: no WAL, and an ordered (not atomic) flush
+        return TransactionalDatabase(
+            self.local.db_path, wal=False, uncommitted_max_bytes=self.uncommitted_max_bytes, replayable=True
+        )
+
+    def _forget_local_changelogs(self) -> None:
+        """Once the state is loaded, every local changelog copy was either applied or belongs
+        to an attempt that never committed (or is being redone now)."""
+        for version in self.local.prepared_versions():
+            self.local.remove_changelog(version)
+
+    # -- stores -------------------------------------------------------------------------
+
+    def _namespace(self, name: str) -> str:
+        return f"{self.local.root}/{name}@"
+
+    def _open_stores(self, db: TransactionalDatabase, committed: VersionId) -> None:
+        stores: dict[str, Any] = {}
+        cached_stores: dict[str, Any] = {}
+        for spec in self.specs:
+            if spec.window is not None:
+                store: Any = db.window_store_of(spec.name, spec.window)
+            else:
+                store = db.key_value_store(spec.name)
+            if self.cache is not None and spec.cached:
+                prefix = self._namespace(spec.name)
+                namespace = f"{prefix}{committed}"
+                for stale in self.cache.namespaces:  # filled at another version or by another attempt
+                    if stale.startswith(prefix) and stale != namespace:
+                        self.cache.drop(stale)
+                listener = None
+                if self.on_changes is not None:
+                    listener = self._forwarder(spec.name, self.on_changes)
+                store = cached(store, self.cache, listener, listener is not None, namespace)
+                cached_stores[spec.name] = store
+            stores[spec.name] = store
+        self._stores = stores
+        self._cached = cached_stores
+
+    def _forwarder(self, name: str, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
+        return lambda changes: on_changes(name, changes)
+
+    def store(self, name: str) -> Any:
+        """The store `name` (behind the record cache when the partition has one)."""
+        if self._db is None:
+            raise StateStoreError(f"partition {self.partition} is not open")
+        try:
+            return self._stores[name]
+        except KeyError:
+            raise KeyError(f"partition {self.partition} has no store {name!r}; it has {list(self._stores)}") from None
+
+    @property
+    def stores(self) -> dict[str, Any]:
+        return dict(self._stores)
+
+    def flush_caches(self) -> None:
+        """Write every dirty cache entry to its store now, forwarding the changes."""
+        for store in self._cached.values():
+            store.flush_cache()
+
+    def watch_uncommitted(self, threshold: int, watcher: Callable[[int], None] | None) -> None:
+        """Call `watcher(total bytes)` once when this batch's uncommitted bytes pass `threshold`."""
+        if self._db is None:
+            raise StateStoreError(f"partition {self.partition} is not open")
+        self._db.budget.watch(threshold, watcher)
+
+    # -- prepare and close --------------------------------------------------------------
+
+    def prepare(self) -> PartitionMetrics:
+        """Write this batch's change set as a changelog, locally and durably."""
+        db = self._db
+        if db is None:
+            raise StateStoreError(f"partition {self.partition} is not open")
+        if self._prepared is not None:
+            raise StateStoreError(f"batch {self.batch_id} of partition {self.partition} is already prepared")
+        started = time.perf_counter()
+        self.flush_caches()
+        version = self.batch_id
+        if version is None:
+            raise StateStoreError(f"partition {self.partition} has no batch open")
+        self.metrics.uncommitted_bytes_peak = db.uncommitted_bytes_peak
+        self.metrics.spills = db.metrics.spills
+        os.makedirs(self.local.changelog_dir, exist_ok=True)
+        path = self.local.changelog(version)
+        temp = path + ".tmp"
+        header = {
+            "partition": self.partition,
+            "version": version,
+            "base_version": self.committed.version,
+            "base_id": self.committed.id,
+            "stores": list(db.stores),
+            "layout": self.layout.as_dict(),
+        }
+        with open(temp, "wb") as out:
+            writer = ChangelogWriter(out, header)
+            db.write_changes(writer)
+            prepared = VersionId(version, writer.finish())
+        os.replace(temp, path)
+        fault_point("prepare:after-local-write")
+        info = self.durable.publish_file(changelog_name(version), path)
+        fault_point("prepare:after-publish")
+        PartitionMetadata(db).record_prepared(prepared)
+        if self.cache is not None:
+            for name in self._cached:
+                self.cache.rename(f"{self._namespace(name)}{self.committed}", f"{self._namespace(name)}{prepared}")
+        self._prepared = prepared
+        self.metrics.changelog_records = writer.records
+        self.metrics.changelog_bytes = info.size
+        self.metrics.prepare_seconds = time.perf_counter() - started
+        return self.metrics
+
+    @property
+    def prepared(self) -> VersionId | None:
+        """The version this batch prepared (None before `prepare()`)."""
+        return self._prepared
+
+    def close(self) -> None:
+        """Release the partition; writes that were not prepared are discarded."""
+        db = self._db
+        if db is None:
+            return
+        self._db = None
+        try:
+            if self._prepared is None:
+                for store in self._cached.values():
+                    store.clear_cache()  # may hold writes of the failed attempt
+            db.close()
+        finally:
+            self._stores = {}
+            self._cached = {}
+            self.local.unlock()
+            if self._own_uploader:
+                self.uploader.shutdown(wait=False)  # queued uploads still run
+
+    def wait_for_snapshots(self, timeout: float | None = None) -> list[dict]:
+        """Wait for this object's snapshot uploads; returns their manifests (raises if one failed)."""
+        uploads, self._uploads = self._uploads, []
+        return [future.result(timeout) for future in uploads]
+
+    def __enter__(self) -> "PartitionState":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_seconds(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {describe(value)}")
+    if not value >= 0:
+        raise ValueError(f"{name} must be at least 0 seconds, got {value!r}")
+    return float(value)

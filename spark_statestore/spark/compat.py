@@ -1,0 +1,144 @@
+"""Every pyspark internal this package relies on, in one place.
+
+Spark has no public hook for some things a state layer needs, so a few internals are
+used; each one is named here with what it is for, checked when this module is imported
+(a pyspark that changed one fails at import, naming it, instead of misbehaving later),
+and covered by a test of its own (`tests/test_spark_compat.py`):
+
+* `WORKER_SENDS_ACCUMULATORS_LAST`: a Python worker pickles its accumulators' values
+  once the task's output is complete and before it reports success
+  (`pyspark.worker.invoke_udf` -> `send_accumulator_updates`). An object in an
+  accumulator whose pickling prepares the batch is how operators without an
+  end-of-partition hook (applyInPandasWithState) prepare at the end of the task.
+* `TWS_HANDLE_TIMESTAMPS`: `StatefulProcessorHandle._statefulProcessorApiClient.
+  get_timestamps("EventTime")` gives the batch's watermark in `init()`, so partitions
+  without rows or timers learn it too.
+* `LOCAL_PROPERTIES`: the task-local properties Spark sets for streaming tasks, the
+  micro-batch id and the query id.
+* `LISTENER_BUS`: `SparkContext._jsc.sc().listenerBus().waitUntilEmpty(ms)`, so that a
+  Python query listener is removed only after the events already queued for it arrived.
+* `DRIVER_LOG`: the JVM's log4j through `SparkContext._jvm`, to log into the driver log.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, Callable
+
+import pyspark
+
+from spark_statestore.errors import StateStoreError
+
+log = logging.getLogger("spark_statestore.spark")
+
+TESTED_VERSIONS = ("4.3",)
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+class PysparkInternalError(StateStoreError):
+    """A pyspark internal this package relies on is missing or behaves differently."""
+
+
+def _internal_error(name: str, detail: str) -> PysparkInternalError:
+    return PysparkInternalError(
+        f"pyspark {pyspark.__version__} changed an internal spark_statestore relies on: {name} ({detail}); "
+        f"spark_statestore is tested with pyspark {', '.join(TESTED_VERSIONS)}"
+    )
+
+
+def _check_worker_order() -> None:
+    from pyspark import worker
+
+    source = inspect.getsource(worker.invoke_udf)
+    output = source.find("dump_stream")
+    updates = source.find("send_accumulator_updates")
+    if output < 0 or updates < output:
+        raise _internal_error(
+            "WORKER_SENDS_ACCUMULATORS_LAST",
+            "pyspark.worker.invoke_udf no longer sends accumulator updates after the task's output",
+        )
+
+
+def _check_tws_handle() -> None:
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+    from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorApiClient
+
+    if not callable(getattr(StatefulProcessorApiClient, "get_timestamps", None)):
+        raise _internal_error("TWS_HANDLE_TIMESTAMPS", "StatefulProcessorApiClient.get_timestamps is gone")
+    if "_statefulProcessorApiClient" not in inspect.getsource(StatefulProcessorHandle.__init__):
+        raise _internal_error("TWS_HANDLE_TIMESTAMPS", "StatefulProcessorHandle keeps no _statefulProcessorApiClient")
+
+
+def check_internals() -> None:
+    """Check the internals that can be checked without a running Spark (at import)."""
+    _check_worker_order()
+    _check_tws_handle()
+
+
+check_internals()
+if not pyspark.__version__.startswith(TESTED_VERSIONS):
+    log.warning(
+        "spark_statestore is tested with pyspark %s; this is pyspark %s",
+        ", ".join(TESTED_VERSIONS),
+        pyspark.__version__,
+    )
+
+
+# -- in tasks ---------------------------------------------------------------------------
+
+
+def event_time_watermark(handle: Any) -> int:
+    """The batch's event-time watermark from a TWS processor handle (-1: none yet)."""
+    client = getattr(handle, "_statefulProcessorApiClient", None)
+    if client is None:
+        raise _internal_error("TWS_HANDLE_TIMESTAMPS", f"the handle {type(handle).__name__} has no API client")
+    return int(client.get_timestamps("EventTime")[1])
+
+
+class _AtTaskEnd:
+    """An accumulator entry that runs `finish()` when the worker sends the accumulators
+    (see `WORKER_SENDS_ACCUMULATORS_LAST`); what `finish()` returns is what the driver
+    receives. An exception fails the task."""
+
+    def __init__(self, finish: Callable[[], Any]) -> None:
+        self.finish = finish
+
+    def __reduce__(self) -> tuple:
+        return _identity, (self.finish(),)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def run_at_task_end(accumulator: Any, finish: Callable[[], Any]) -> None:
+    """Run `finish()` after the task's output is complete, before the task succeeds; its
+    result is added to `accumulator` (whose param must merge lists)."""
+    accumulator.add([_AtTaskEnd(finish)])
+
+
+# -- on the driver ----------------------------------------------------------------------
+
+
+def drain_listener_bus(spark: Any, timeout_ms: int = 10_000) -> None:
+    """Wait until Spark delivered the listener events it already queued."""
+    try:
+        bus = spark.sparkContext._jsc.sc().listenerBus()
+    except Exception as e:
+        raise _internal_error("LISTENER_BUS", f"SparkContext._jsc.sc().listenerBus() failed: {e}") from e
+    bus.waitUntilEmpty(timeout_ms)
+
+
+def driver_logger(spark: Any) -> Callable[[str], None] | None:
+    """A function logging INFO lines into the driver's log4j log (None without a JVM,
+    as in Spark Connect)."""
+    jvm = getattr(spark.sparkContext, "_jvm", None)
+    if jvm is None:
+        return None
+    try:
+        jlogger = jvm.org.apache.logging.log4j.LogManager.getLogger("spark_statestore")
+    except Exception as e:
+        raise _internal_error("DRIVER_LOG", f"log4j is not reachable through SparkContext._jvm: {e}") from e
+    return jlogger.info

@@ -1,0 +1,75 @@
+"""`WorkerRuntime`: what a Python worker keeps across the tasks it runs.
+
+Spark reuses Python workers, one task at a time, and which worker gets which partition
+changes between batches. A worker keeps:
+
+* the record cache (`ThreadCache`), sized to this task slot's share of the executor's
+  `spark.statestore.cache.maxBytes`;
+* the snapshot `Uploader` (one background thread), shut down when the worker exits;
+* the task states it opened: a task that failed without releasing its partition (Spark
+  does not call `close()` for a failed attempt) is aborted when the next task starts, so
+  that a partition is never held by an idle worker.
+
+There is one runtime per process (`worker_runtime()`), created by the first task.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import TYPE_CHECKING
+
+from spark_statestore.cache.thread_cache import ThreadCache
+from spark_statestore.partition.uploads import Uploader
+
+if TYPE_CHECKING:
+    from spark_statestore.spark.task_state import TaskState
+
+
+class WorkerRuntime:
+    """The caches, uploader and open task states of one worker process."""
+
+    def __init__(self) -> None:
+        self.cache: ThreadCache | None = None
+        self.uploader = Uploader()
+        self.open_states: dict[int, "TaskState"] = {}
+
+    def cache_for(self, bytes_per_task: int) -> ThreadCache | None:
+        """The worker's record cache, sized to one task slot's share (None if 0)."""
+        if bytes_per_task <= 0:
+            return None
+        if self.cache is None:
+            self.cache = ThreadCache(bytes_per_task)
+        elif self.cache.max_bytes != bytes_per_task:
+            self.cache.resize(bytes_per_task)
+        return self.cache
+
+    def abort_stale(self) -> None:
+        """Release every partition an earlier task of this worker left open."""
+        for state in list(self.open_states.values()):
+            state.abort()
+
+    def opened(self, state: "TaskState") -> None:
+        self.open_states[id(state)] = state
+
+    def released(self, state: "TaskState") -> None:
+        self.open_states.pop(id(state), None)
+
+    def shutdown(self) -> None:
+        """At exit: release open partitions, then finish the uploads already submitted."""
+        self.abort_stale()
+        self.uploader.shutdown(wait=True)
+
+
+_lock = threading.Lock()
+_runtime: WorkerRuntime | None = None
+
+
+def worker_runtime() -> WorkerRuntime:
+    """This process's runtime (created on first use, shut down at exit)."""
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = WorkerRuntime()
+            atexit.register(_runtime.shutdown)
+        return _runtime
