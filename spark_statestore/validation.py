@@ -137,3 +137,12 @@ def check_int(value: Any, name: str, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def check_seconds(value: Any, name: str) -> float:
+    """A non-negative duration in seconds (int or float, not bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {describe(value)}")
+    if not value >= 0:
+        raise ValueError(f"{name} must be at least 0 seconds, got {value!r}")
+    return float(value)

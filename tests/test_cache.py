@@ -8,7 +8,7 @@ import random
 import pytest
 
 from spark_statestore import Change, StateStoreError, Stores, ThreadCache
-from spark_statestore.cache import ENTRY_OVERHEAD
+from spark_statestore.cache import entry_size
 from spark_statestore.spark.slots import cache_bytes_per_task, task_slots
 
 
@@ -26,9 +26,9 @@ def test_entry_size_and_counters():
     cache = ThreadCache(10_000)
     store, inner, _ = cached_kv(cache)
     store.put(b"key", b"value")
-    assert cache.size_bytes == 3 + 5 + ENTRY_OVERHEAD
+    assert cache.size_bytes == entry_size(b"kkk", b"vvvvv")
     store.put(b"key", b"v")
-    assert cache.size_bytes == 3 + 1 + ENTRY_OVERHEAD
+    assert cache.size_bytes == entry_size(b"kkk", b"v")
     assert cache.overwrites == 1
     assert store.get(b"key") == b"v"
     assert (cache.hits, cache.misses) == (1, 0)
@@ -42,7 +42,7 @@ def test_entry_size_and_counters():
 
 
 def test_size_never_exceeds_budget_and_lru_is_evicted():
-    cache = ThreadCache(3 * (2 + 1 + ENTRY_OVERHEAD))
+    cache = ThreadCache(3 * entry_size(b"kk", b"v"))
     store, inner, forwarded = cached_kv(cache)
     for key in (b"k1", b"k2", b"k3"):
         store.put(key, b"v")
@@ -60,7 +60,7 @@ def test_size_never_exceeds_budget_and_lru_is_evicted():
 
 
 def test_evicting_a_dirty_entry_flushes_the_stores_dirty_entries_first():
-    cache = ThreadCache(2 * (1 + 1 + ENTRY_OVERHEAD))
+    cache = ThreadCache(2 * entry_size(b"k", b"v"))
     store, inner, forwarded = cached_kv(cache)
     store.put(b"a", b"1")
     store.put(b"b", b"2")
@@ -79,7 +79,7 @@ def test_resize_shrinks_by_evicting():
     for i in range(20):
         one.put(b"a%02d" % i, b"x" * 10)
         two.put(b"b%02d" % i, b"y" * 10)
-    cache.resize(5 * (3 + 10 + ENTRY_OVERHEAD))
+    cache.resize(5 * entry_size(b"kkk", b"vvvvvvvvvv"))
     assert cache.size_bytes <= cache.max_bytes
     assert len(one.named_cache) + len(two.named_cache) == 5
     # nothing was lost: evicted dirty entries went to their stores
@@ -176,7 +176,7 @@ def test_reentrant_listener_writes_back_and_terminates():
 
 
 def test_reentrant_listener_that_causes_evictions_terminates():
-    cache = ThreadCache(3 * (8 + 1 + ENTRY_OVERHEAD))
+    cache = ThreadCache(3 * entry_size(b"kkkkkkkk", b"v"))
     inner = Stores.in_memory_key_value_store("kv")
     seen = []
 
@@ -210,7 +210,7 @@ def test_caching_over_a_transactional_store(tmp_path):
     assert list(store.all()) == [(b"a", b"1")]
     assert store.approximate_num_uncommitted_bytes() == 0
     store.put(b"d", b"4")
-    assert store.approximate_num_uncommitted_bytes() == 1 + 1 + ENTRY_OVERHEAD
+    assert store.approximate_num_uncommitted_bytes() == 2  # the dirty entry's key and value bytes
     assert store.read_only("READ_COMMITTED").get(b"d") is None
     store.close()
     reopened = Stores.persistent_key_value_store("kv", path)

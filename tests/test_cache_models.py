@@ -17,10 +17,10 @@ from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from spark_statestore import Stores, ThreadCache
-from spark_statestore.cache import ENTRY_OVERHEAD
+from spark_statestore.cache import entry_size
 
 KEYS = [b"a", b"a\x00", b"b", b"ba", b"c", b"d", b"e", b"\xff"]
-BUDGETS = [0, 2 * (2 + 2 + ENTRY_OVERHEAD), 5 * (2 + 2 + ENTRY_OVERHEAD), 10**6]
+BUDGETS = [0, 2 * entry_size(b"kk", b"vv"), 5 * entry_size(b"kk", b"vv"), 10**6]
 
 
 class Harness:

@@ -335,18 +335,19 @@ def test_second_opener_waits_then_fails_with_the_path(tmp_path):
 
 from spark_statestore.faults import injected  # noqa: E402
 
-# (fault point, memory limit that makes the commit reach it: -1 = in memory, 50 = spilled)
+# (fault point, memory limit that makes the commit reach it: -1 = in memory, 600 = spilled:
+# a few records fit in memory, so writes spill and the commit spills what remains)
 BEFORE_COMMIT_POINT = [
     ("commit:before-write", -1),
-    ("commit:after-spill", 50),
-    ("spill:before-last-write", 50),
-    ("spill:after-write", 50),
+    ("commit:after-spill", 600),
+    ("spill:before-last-write", 600),
+    ("spill:after-write", 600),
 ]
 AFTER_COMMIT_POINT = [
     ("commit:after-write", -1),
-    ("commit:after-marker", 50),
-    ("apply:after-chunk", 50),
-    ("commit:after-apply", 50),
+    ("commit:after-marker", 600),
+    ("apply:after-chunk", 600),
+    ("commit:after-apply", 600),
 ]
 
 
@@ -362,7 +363,7 @@ def _raise_at(target):
     return handler
 
 
-def _spilling_db(path, limit=50):
+def _spilling_db(path, limit=600):
     db = TransactionalDatabase(path, uncommitted_max_bytes=limit, commit_chunk_bytes=64)
     return db, db.key_value_store("kv"), db.window_store("w", 100, 10, False, 10)
 

@@ -5,7 +5,7 @@ from spark_statestore.cache.caching import CachedStore
 from spark_statestore.cache.caching_kv import CachingKeyValueStore
 from spark_statestore.cache.caching_window import CachingWindowStore
 from spark_statestore.cache.change import Change
-from spark_statestore.cache.thread_cache import ENTRY_OVERHEAD, NamedCache, ThreadCache
+from spark_statestore.cache.thread_cache import ENTRY_OVERHEAD, NamedCache, ThreadCache, entry_size
 from spark_statestore.cache.wrapping import cached
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "NamedCache",
     "ThreadCache",
     "cached",
+    "entry_size",
 ]

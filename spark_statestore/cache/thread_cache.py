@@ -6,8 +6,12 @@ which gives point access, range walks in key order, and least-recently-used orde
 structure; its dirty keys are a dict ordered by each key's latest write. A dirty entry's
 value may be `None`: a deletion that has not reached the store yet.
 
-Size of an entry: key bytes + value bytes + `ENTRY_OVERHEAD` (a fixed 64 bytes standing
-for the bookkeeping per entry). After a put returns, `size_bytes <= max_bytes`: the put's
+Size of an entry: what it really costs (`entry_size`): the key and value objects as
+CPython holds them plus `ENTRY_OVERHEAD` bytes for its share of the ordered map, the LRU
+links, the sorted index and the dirty set. A full cache evicts as it takes new entries,
+and under that churn CPython's hash tables hold up to twice their live entries in slots
+(deleted ones wait for the next resize), so the overhead is measured there, against RSS,
+by `benchmarks/memory.py`. After a put returns, `size_bytes <= max_bytes`: the put's
 own named cache evicts least-recently-used entries until the budget holds, and evicting a
 dirty entry first flushes every dirty entry of that named cache (KIP-63).
 """
@@ -16,17 +20,20 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
+from spark_statestore.stores.sizes import bytes_cost, record_cost
 from spark_statestore.stores.sorted_map import SortedMap
 from spark_statestore.validation import check_int
 
-ENTRY_OVERHEAD = 64
+ENTRY_OVERHEAD = 320
+FLUSH_CHUNK = 4096  # dirty entries handed to the listener at a time
 MISSING: Any = object()
 
 FlushListener = Callable[[list[tuple[Any, "bytes | None"]]], None]
 
 
-def _entry_size(key: bytes, value: bytes | None) -> int:
-    return len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
+def entry_size(key: bytes, value: bytes | None) -> int:
+    """What one cache entry costs (see module docstring)."""
+    return record_cost(key, value, ENTRY_OVERHEAD)
 
 
 class NamedCache:
@@ -61,10 +68,10 @@ class NamedCache:
         old = entries.get(key, MISSING)
         owner = self._owner
         if old is MISSING:
-            delta = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
+            delta = entry_size(key, value)
             entries.set(key, value)  # a new key: goes to the end, the most recently used
         else:
-            delta = (0 if value is None else len(value)) - (0 if old is None else len(old))
+            delta = (0 if value is None else bytes_cost(len(value))) - (0 if old is None else bytes_cost(len(old)))
             owner.overwrites += 1
             entries.set(key, value)
             entries.touch(key)
@@ -81,7 +88,7 @@ class NamedCache:
         value = self.entries.pop(key, MISSING)
         if value is MISSING:
             return
-        size = _entry_size(key, value)
+        size = entry_size(key, value)
         self.size_bytes -= size
         self._owner.size_bytes -= size
         self.dirty.pop(key, None)
@@ -99,7 +106,8 @@ class NamedCache:
             self._owner.evicts += 1
 
     def flush(self) -> None:
-        """Hand every dirty entry, in the order of its latest write, to the listener.
+        """Hand every dirty entry, in the order of its latest write, to the listener (in
+        lists of up to `FLUSH_CHUNK` entries).
 
         The entries are marked clean (deletions dropped) before the listener runs, so a
         listener that writes to this cache again starts a new set of dirty entries instead
@@ -107,19 +115,24 @@ class NamedCache:
         if not self.dirty:
             return
         get = self.entries.get
-        entries = [(key, get(key)) for key in self.dirty]
+        keys = list(self.dirty)
+        values = [get(key) for key in keys]
         self.dirty = {}
-        for key, value in entries:
+        for key, value in zip(keys, values):
             if value is None:
                 self._remove(key)
         self._owner.flushes += 1
-        if self.listener is not None:
-            self.listener(entries)
+        listener = self.listener
+        if listener is not None:
+            # in chunks: what a flush builds downstream (changes, writes) stays bounded
+            for start in range(0, len(keys), FLUSH_CHUNK):
+                listener(list(zip(keys[start : start + FLUSH_CHUNK], values[start : start + FLUSH_CHUNK])))
 
     @property
     def dirty_bytes(self) -> int:
+        """Key and value bytes of the dirty entries (KIP-892's count for unflushed writes)."""
         get = self.entries.get
-        return sum(_entry_size(k, get(k)) for k in self.dirty)
+        return sum(len(k) + len(get(k) or b"") for k in self.dirty)
 
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes | None] | None:
         """The first entry with `lo <= key < hi` (a deletion shows as value None)."""

@@ -45,7 +45,7 @@ _END = struct.Struct(">4sQQI")
 TRAILER_BYTES = _END.size
 DELETE, PUT, DELETE_RANGE = 0, 1, 2
 _BUFFER_BYTES = 1 << 20
-_READ_BYTES = 4 << 20
+_READ_BYTES = 1 << 20
 _ID_MASK = (1 << 63) - 1
 
 

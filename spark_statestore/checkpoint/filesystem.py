@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 
 _RENAMING = {"local", "hdfs"}
 _TEMP_PREFIX = ".tmp-"
-_COPY_BYTES = 8 << 20
+_COPY_BYTES = 1 << 20
 
 
 def resolve_location(location: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
+from spark_statestore.checkpoint.changelog import durable_changelog_id
 from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.snapshots import (
     SHARED,
@@ -27,8 +28,10 @@ from spark_statestore.faults import fault_point
 log = logging.getLogger("spark_statestore.checkpoint")
 
 
-def _complete(durable: DurableDir, version: int, shared: dict[str, int]) -> dict | None:
-    """The manifest of `version` if every file it lists exists with its size, else None."""
+def _complete(durable: DurableDir, version: int, shared: dict[str, int], changelogs: dict) -> dict | None:
+    """The manifest of `version` if every file it lists exists with its size and it holds
+    the very version the durable changelog of `version` produced (not one of a run the
+    user rolled back), else None."""
     try:
         manifest = read_manifest(durable, version)
     except (MissingStateError, CorruptStateError):
@@ -37,6 +40,13 @@ def _complete(durable: DurableDir, version: int, shared: dict[str, int]) -> dict
     for entry in manifest["files"]:
         size = shared.get(entry["durable"], own.get(entry["durable"]))
         if size != entry["size"]:
+            return None
+    info = changelogs.get(version)
+    if info is not None:
+        try:
+            if durable_changelog_id(durable, changelog_name(version), version, info.size) != manifest.get("version_id"):
+                return None
+        except (FileNotFoundError, CorruptStateError):
             return None
     return manifest
 
@@ -53,9 +63,10 @@ def retain(
     shared_infos = durable.list(SHARED)
     shared = {f"{SHARED}/{info.base_name}": info.size for info in shared_infos}
     snapshots = snapshot_versions(durable)
+    changelogs = changelog_versions(durable)
     base = None
     for version in reversed([v for v in snapshots if v <= oldest_kept]):
-        if _complete(durable, version, shared) is not None:
+        if _complete(durable, version, shared, changelogs) is not None:
             base = version
             break
     if base is None:
@@ -65,8 +76,8 @@ def retain(
     fault_point("retention:after-manifests")
     for version in old:
         durable.delete_dir(f"{SNAPSHOTS}/{version}")
-    changelogs = [v for v in changelog_versions(durable) if v <= base]
-    durable.delete(changelog_name(v) for v in changelogs)
+    covered = [v for v in changelogs if v <= base]
+    durable.delete(changelog_name(v) for v in covered)
     fault_point("retention:after-changelogs")
     referenced = set()
     for version in snapshot_versions(durable):
@@ -74,7 +85,7 @@ def retain(
             referenced.update(f["durable"] for f in read_manifest(durable, version)["files"])
         except (MissingStateError, CorruptStateError):
             log.warning("retention keeps shared files: snapshot %d of %s is unreadable", version, durable)
-            return {"snapshots": len(old), "changelogs": len(changelogs), "shared": 0}
+            return {"snapshots": len(old), "changelogs": len(covered), "shared": 0}
     now = time.time()
     unused = [
         f"{SHARED}/{info.base_name}"
@@ -84,4 +95,4 @@ def retain(
     ]
     durable.delete(unused)
     durable.delete_stale_temporaries()
-    return {"snapshots": len(old), "changelogs": len(changelogs), "shared": len(unused)}
+    return {"snapshots": len(old), "changelogs": len(covered), "shared": len(unused)}

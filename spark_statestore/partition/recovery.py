@@ -89,6 +89,7 @@ class Recovery:
         self._changelogs = changelog_versions(self.durable)
         self._snapshots = snapshot_versions(self.durable)
         self._ids = {}
+        fault_point("recovery:after-listing")
         if not os.path.exists(os.path.join(self.local.db_path, "CURRENT")):
             return self._restore(target)  # a new executor: no local copy
         db = None
@@ -246,7 +247,12 @@ class Recovery:
                 problems.append(str(e))
                 self.local.wipe_db()
         if db is None:
-            self._check_history_starts_empty(target, problems)
+            try:
+                self._check_history_starts_empty(target, problems)
+            except StaleCopy as e:  # a file listed a moment ago is gone (retention ran)
+                raise MissingStateError(
+                    f"cannot restore version {target} of partition {self.partition} from {self.durable}: {e}"
+                ) from e
             db = self._open_db()
         try:
             committed = self._catch_up(db, committed, target)

@@ -42,10 +42,10 @@ from spark_statestore.partition.recovery import Recovery
 from spark_statestore.partition.specs import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
-from spark_statestore.stores.rocksdb import verify_database
+from spark_statestore.stores.rocksdb import RocksMemory, verify_database
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
-from spark_statestore.validation import check_int, describe
+from spark_statestore.validation import check_int, check_seconds
 
 OnChanges = Callable[[str, "list[Change]"], Any]
 
@@ -72,6 +72,7 @@ class PartitionState:
         partitions: int | None = None,
         every_batch: bool = True,
         uploader: Uploader | None = None,
+        rocks_memory: RocksMemory | None = None,
     ) -> None:
         self.partition = check_int(partition, "partition", 0)
         self.uncommitted_max_bytes = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
@@ -88,7 +89,7 @@ class PartitionState:
         self.local = LocalPartitionDir(local_dir, checkpoint_location, self.partition)
         self.cache = cache
         self.on_changes = on_changes
-        self.lock_timeout = _check_seconds(lock_timeout, "lock_timeout")
+        self.lock_timeout = check_seconds(lock_timeout, "lock_timeout")
         self.apply_chunk_bytes = check_int(apply_chunk_bytes, "apply_chunk_bytes", 1)
         self.every_batch = bool(every_batch)
         self.snapshots = SnapshotSchedule(
@@ -97,9 +98,10 @@ class PartitionState:
             self.partition,
             interval=check_int(snapshot_interval, "snapshot_interval", 1),
             min_batches_to_retain=check_int(min_batches_to_retain, "min_batches_to_retain", 1),
-            retention_grace_seconds=_check_seconds(retention_grace_seconds, "retention_grace_seconds"),
+            retention_grace_seconds=check_seconds(retention_grace_seconds, "retention_grace_seconds"),
             verify=verify_database,
         )
+        self.rocks_memory = rocks_memory
         self._own_uploader = uploader is None
         self.uploader = uploader or Uploader()
         self.metrics = PartitionMetrics()
@@ -177,7 +179,11 @@ class PartitionState:
     def _open_db(self) -> TransactionalDatabase:
         # changelogs redo what a crash loses: no WAL, and an ordered (not atomic) flush
         return TransactionalDatabase(
-            self.local.db_path, wal=False, uncommitted_max_bytes=self.uncommitted_max_bytes, replayable=True
+            self.local.db_path,
+            wal=False,
+            uncommitted_max_bytes=self.uncommitted_max_bytes,
+            replayable=True,
+            rocks_memory=self.rocks_memory,
         )
 
     def _forget_local_changelogs(self) -> None:
@@ -319,11 +325,3 @@ class PartitionState:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, got {describe(value)}")
-    if not value >= 0:
-        raise ValueError(f"{name} must be at least 0 seconds, got {value!r}")
-    return float(value)

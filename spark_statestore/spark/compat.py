@@ -10,6 +10,11 @@ and covered by a test of its own (`tests/test_spark_compat.py`):
   (`pyspark.worker.invoke_udf` -> `send_accumulator_updates`). An object in an
   accumulator whose pickling prepares the batch is how operators without an
   end-of-partition hook (applyInPandasWithState) prepare at the end of the task.
+* `UDF_UNPICKLED_IN_TASK`: a Python worker unpickles the operator's function in every
+  task, after it set the task's `TaskContext` (`invoke_udf`: `_setTaskContext` before
+  `read_udfs`), also for a partition without data. Unpickling an object inside the
+  applyInPandasWithState wrapper is how that operator opens its state at the start of
+  every task.
 * `TWS_HANDLE_TIMESTAMPS`: `StatefulProcessorHandle._statefulProcessorApiClient.
   get_timestamps("EventTime")` gives the batch's watermark in `init()`, so partitions
   without rows or timers learn it too.
@@ -41,7 +46,8 @@ class PysparkInternalError(StateStoreError):
     """A pyspark internal this package relies on is missing or behaves differently."""
 
 
-def _internal_error(name: str, detail: str) -> PysparkInternalError:
+def internal_error(name: str, detail: str) -> PysparkInternalError:
+    """The error that names a pyspark internal which is missing or behaves differently."""
     return PysparkInternalError(
         f"pyspark {pyspark.__version__} changed an internal spark_statestore relies on: {name} ({detail}); "
         f"spark_statestore is tested with pyspark {', '.join(TESTED_VERSIONS)}"
@@ -55,9 +61,21 @@ def _check_worker_order() -> None:
     output = source.find("dump_stream")
     updates = source.find("send_accumulator_updates")
     if output < 0 or updates < output:
-        raise _internal_error(
+        raise internal_error(
             "WORKER_SENDS_ACCUMULATORS_LAST",
             "pyspark.worker.invoke_udf no longer sends accumulator updates after the task's output",
+        )
+
+
+def _check_udf_unpickled_in_task() -> None:
+    from pyspark import worker
+
+    source = inspect.getsource(worker.invoke_udf)
+    context = source.find("_setTaskContext")
+    udfs = source.find("read_udfs(")
+    if context < 0 or udfs < context:
+        raise internal_error(
+            "UDF_UNPICKLED_IN_TASK", "pyspark.worker.invoke_udf no longer sets the TaskContext before reading the UDFs"
         )
 
 
@@ -66,14 +84,15 @@ def _check_tws_handle() -> None:
     from pyspark.sql.streaming.stateful_processor_api_client import StatefulProcessorApiClient
 
     if not callable(getattr(StatefulProcessorApiClient, "get_timestamps", None)):
-        raise _internal_error("TWS_HANDLE_TIMESTAMPS", "StatefulProcessorApiClient.get_timestamps is gone")
+        raise internal_error("TWS_HANDLE_TIMESTAMPS", "StatefulProcessorApiClient.get_timestamps is gone")
     if "_statefulProcessorApiClient" not in inspect.getsource(StatefulProcessorHandle.__init__):
-        raise _internal_error("TWS_HANDLE_TIMESTAMPS", "StatefulProcessorHandle keeps no _statefulProcessorApiClient")
+        raise internal_error("TWS_HANDLE_TIMESTAMPS", "StatefulProcessorHandle keeps no _statefulProcessorApiClient")
 
 
 def check_internals() -> None:
     """Check the internals that can be checked without a running Spark (at import)."""
     _check_worker_order()
+    _check_udf_unpickled_in_task()
     _check_tws_handle()
 
 
@@ -93,7 +112,7 @@ def event_time_watermark(handle: Any) -> int:
     """The batch's event-time watermark from a TWS processor handle (-1: none yet)."""
     client = getattr(handle, "_statefulProcessorApiClient", None)
     if client is None:
-        raise _internal_error("TWS_HANDLE_TIMESTAMPS", f"the handle {type(handle).__name__} has no API client")
+        raise internal_error("TWS_HANDLE_TIMESTAMPS", f"the handle {type(handle).__name__} has no API client")
     return int(client.get_timestamps("EventTime")[1])
 
 
@@ -127,7 +146,7 @@ def drain_listener_bus(spark: Any, timeout_ms: int = 10_000) -> None:
     try:
         bus = spark.sparkContext._jsc.sc().listenerBus()
     except Exception as e:
-        raise _internal_error("LISTENER_BUS", f"SparkContext._jsc.sc().listenerBus() failed: {e}") from e
+        raise internal_error("LISTENER_BUS", f"SparkContext._jsc.sc().listenerBus() failed: {e}") from e
     bus.waitUntilEmpty(timeout_ms)
 
 
@@ -140,5 +159,5 @@ def driver_logger(spark: Any) -> Callable[[str], None] | None:
     try:
         jlogger = jvm.org.apache.logging.log4j.LogManager.getLogger("spark_statestore")
     except Exception as e:
-        raise _internal_error("DRIVER_LOG", f"log4j is not reachable through SparkContext._jvm: {e}") from e
+        raise internal_error("DRIVER_LOG", f"log4j is not reachable through SparkContext._jvm: {e}") from e
     return jlogger.info

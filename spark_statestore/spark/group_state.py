@@ -11,10 +11,11 @@
 
 The operator calls the function once per key, with no hook at the start or end of a
 partition, and not at all for a partition without data. The wrapper opens the
-partition's state at the task's first call (the same `TaskState` as every adapter) and
-prepares the batch's changelog when the task ends, through the task's entry in the
-metrics accumulator, which the Python worker sends once the task's output is complete
-and before the task reports success (see `TaskState.finish_at_task_end`). So a batch's
+partition's state when the task receives the function (see `OpenAtTaskStart`; the same
+`TaskState` as every adapter) and prepares the batch's changelog when the task ends,
+through the task's entry in the metrics accumulator, which the Python worker sends once
+the task's output is complete and before the task reports success (see
+`TaskState.finish_at_task_end`). So a batch's
 changes are durable before Spark commits the batch, a failed attempt prepares nothing,
 and the partition is released by the task itself: the next batch of the partition can
 run in any Python worker. (A worker whose task raises exits, releasing its locks.)
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 from spark_statestore.errors import StateStoreError
+from spark_statestore.spark import compat
 from spark_statestore.spark.declarations import Declaration
 from spark_statestore.spark.operator import OperatorConfig, build_operator
 from spark_statestore.spark.task import TaskInfo, current_task
@@ -43,8 +45,10 @@ def with_stores(
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}: {func!r}")
     config, _ = build_operator(checkpoint_location, stores, "applyInPandasWithState", spark)
+    opener = OpenAtTaskStart(config)
 
     def apply_with_stores(key: Any, frames: Iterator[Any], group_state: Any) -> Iterator[Any]:
+        opener.check()
         task = current_task()
         if task is None:
             raise StateStoreError("applyInPandasWithState with stores runs in tasks of a streaming query only")
@@ -52,6 +56,36 @@ def with_stores(
 
     apply_with_stores.__name__ = getattr(func, "__name__", "apply_with_stores")
     return apply_with_stores
+
+
+class OpenAtTaskStart:
+    """Part of the wrapped function: pyspark unpickles an operator's function in every task
+    once the task's context is set (`compat.UDF_UNPICKLED_IN_TASK`), and unpickling this
+    object opens the partition's state then and arranges its preparation at the end of
+    the task. So every partition prepares a version in every batch, also one whose
+    partition had no data (the function is never called then), as with the other
+    adapters, and a missing durable version is always noticed."""
+
+    def __init__(self, config: OperatorConfig, opened_in_task: bool = False) -> None:
+        self.config = config
+        self.opened_in_task = opened_in_task
+
+    def __reduce__(self) -> tuple:
+        return _opened_in_task, (self.config,)
+
+    def check(self) -> None:
+        """Called in a task: the state must have been opened when the function arrived."""
+        if not self.opened_in_task:
+            raise compat.internal_error(
+                "UDF_UNPICKLED_IN_TASK", "the function of applyInPandasWithState was not unpickled in its task"
+            )
+
+
+def _opened_in_task(config: OperatorConfig) -> OpenAtTaskStart:
+    task = current_task()  # None outside a task
+    if task is not None:
+        state_of_current_task(config, task)
+    return OpenAtTaskStart(config, task is not None)
 
 
 def group_stream(

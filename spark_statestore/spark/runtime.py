@@ -5,6 +5,8 @@ changes between batches. A worker keeps:
 
 * the record cache (`ThreadCache`), sized to this task slot's share of the executor's
   `spark.statestore.cache.maxBytes`;
+* RocksDB's memory budget (`RocksMemory`: block cache and memtables of every partition
+  this worker opens), its share of `spark.statestore.rocksdb.memoryBytes`;
 * the snapshot `Uploader` (one background thread), shut down when the worker exits;
 * the task states it opened: a task that failed without releasing its partition (Spark
   does not call `close()` for a failed attempt) is aborted when the next task starts, so
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.partition.uploads import Uploader
+from spark_statestore.stores.rocksdb import RocksMemory
 
 if TYPE_CHECKING:
     from spark_statestore.spark.task_state import TaskState
@@ -31,6 +34,7 @@ class WorkerRuntime:
 
     def __init__(self) -> None:
         self.cache: ThreadCache | None = None
+        self.rocks_memory: RocksMemory | None = None
         self.uploader = Uploader()
         self.open_states: dict[int, "TaskState"] = {}
 
@@ -43,6 +47,13 @@ class WorkerRuntime:
         elif self.cache.max_bytes != bytes_per_task:
             self.cache.resize(bytes_per_task)
         return self.cache
+
+    def rocks_memory_for(self, bytes_per_task: int) -> RocksMemory:
+        """The worker's RocksDB memory budget (made once; a new size takes effect for the
+        databases opened from then on)."""
+        if self.rocks_memory is None or self.rocks_memory.total_bytes != bytes_per_task:
+            self.rocks_memory = RocksMemory(bytes_per_task)
+        return self.rocks_memory
 
     def abort_stale(self) -> None:
         """Release every partition an earlier task of this worker left open."""

@@ -24,6 +24,7 @@ SNAPSHOT_INTERVAL = "spark.statestore.snapshotInterval"
 MIN_BATCHES_TO_RETAIN = "spark.statestore.minBatchesToRetain"
 LOCAL_DIR = "spark.statestore.localDir"
 LOCK_TIMEOUT = "spark.statestore.lockTimeout"
+ROCKSDB_MEMORY_BYTES = "spark.statestore.rocksdb.memoryBytes"
 
 _SLOT_KEYS = ("spark.master", "spark.executor.cores", "spark.task.cpus")
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
@@ -89,6 +90,7 @@ SETTINGS = (
     Setting(MIN_BATCHES_TO_RETAIN, "min_batches_to_retain", "100", lambda k, v: parse_int(k, v, 1)),
     Setting(LOCAL_DIR, "local_dir", None, parse_local_dir),
     Setting(LOCK_TIMEOUT, "lock_timeout", "120", lambda k, v: float(parse_int(k, v, 0))),
+    Setting(ROCKSDB_MEMORY_BYTES, "rocksdb_memory_bytes", "268435456", lambda k, v: parse_bytes(k, v, 1 << 20)),
 )
 DEFAULTS = {s.key: s.default for s in SETTINGS if s.default is not None}
 
@@ -105,6 +107,7 @@ class StateStoreSettings:
     min_batches_to_retain: int
     local_dir: str | None
     lock_timeout: float
+    rocksdb_memory_bytes: int
     slot_conf: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -137,6 +140,11 @@ class StateStoreSettings:
     def cache_bytes_per_task(self) -> int:
         """This executor's share of `spark.statestore.cache.maxBytes` for one task."""
         return cache_bytes_per_task(self.cache_max_bytes, self.slot_conf)
+
+    def rocksdb_bytes_per_task(self) -> int:
+        """This executor's share of `spark.statestore.rocksdb.memoryBytes` for one task
+        slot (at least 1 MiB)."""
+        return max(1 << 20, cache_bytes_per_task(self.rocksdb_memory_bytes, self.slot_conf))
 
     def resolve_local_dir(self) -> str:
         """Where local RocksDB copies live in this process: the configured directory, else

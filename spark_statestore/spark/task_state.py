@@ -68,6 +68,7 @@ class TaskState:
             lock_timeout=settings.lock_timeout,
             partitions=self.config.partitions,
             uploader=runtime.uploader,
+            rocks_memory=runtime.rocks_memory_for(settings.rocksdb_bytes_per_task()),
         )
         partition.open(self.task.batch_id)
         self.partition = partition

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import rocksdict
 
 from spark_statestore.errors import CorruptStateError, StoreClosedError, StoreLockedError
-from spark_statestore.validation import check_name
+from spark_statestore.validation import check_int, check_name, check_seconds
 
 DEFAULT_COLUMN_FAMILY = "default"
 META_COLUMN_FAMILY = "__meta__"
@@ -63,6 +63,40 @@ def storage_error(error: BaseException) -> BaseException:
     return damaged
 
 
+class RocksMemory:
+    """One memory budget for the RocksDB databases that share it: an LRU block cache of
+    `total_bytes` (data, index and filter blocks) to which a write buffer manager charges
+    the memtables, so RocksDB's memory stays near `total_bytes` however many databases and
+    column families use it. Memtables may take up to half of it before they are flushed."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total_bytes = check_int(total_bytes, "total_bytes", 1 << 20)
+        self.cache = rocksdict.Cache(self.total_bytes)
+        self.write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
+            self.total_bytes // 2, False, self.cache
+        )
+
+    @property
+    def write_buffer_bytes(self) -> int:
+        """A column family's memtable size under this budget."""
+        return max(1 << 20, self.total_bytes // 8)
+
+    def apply(self, opts: rocksdict.Options) -> None:
+        table = rocksdict.BlockBasedOptions()
+        table.set_block_cache(self.cache)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(False)
+        opts.set_block_based_table_factory(table)
+        opts.set_write_buffer_manager(self.write_buffers)
+
+    def usage(self) -> int:
+        """Bytes RocksDB holds now under this budget (blocks and memtables)."""
+        return self.cache.get_usage()
+
+    def __repr__(self) -> str:
+        return f"RocksMemory(total_bytes={self.total_bytes}, usage={self.usage()})"
+
+
 def check_store_name(name: Any) -> str:
     """Store names double as column-family names: non-empty text without NUL characters;
     names starting with `__` and `default` are reserved."""
@@ -95,7 +129,8 @@ class RocksDatabase:
     the metadata last (after a crash the metadata is never ahead of the data), which costs
     less than an atomic flush through a checkpoint.
     A directory locked by another opener is retried for `lock_timeout` seconds, then
-    `StoreLockedError` names it.
+    `StoreLockedError` names it. With `memory`, the database's memtables and blocks count
+    against that shared `RocksMemory` budget.
     """
 
     def __init__(
@@ -106,15 +141,19 @@ class RocksDatabase:
         lock_timeout: float = 0.0,
         write_buffer_bytes: int = 32 << 20,
         replayable: bool = False,
+        memory: RocksMemory | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.wal = wal
         self.replayable = replayable
-        self._options = self._make_options(write_buffer_bytes)
-        self._cf_options = self._make_options(write_buffer_bytes)
+        self.memory = memory
+        if memory is not None:
+            write_buffer_bytes = min(write_buffer_bytes, memory.write_buffer_bytes)
+        self._options = self._make_options(write_buffer_bytes, memory)
+        self._cf_options = self._make_options(write_buffer_bytes, memory)
         self.write_options = rocksdict.WriteOptions()
         self.write_options.disable_wal = not wal
-        self._db, self._names = self._open(lock_timeout)
+        self._db, self._names = self._open(check_seconds(lock_timeout, "lock_timeout"))
         self._db.set_write_options(self.write_options)
         self._cfs: dict[str, rocksdict.Rdict] = {}
         self._scans: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -123,7 +162,7 @@ class RocksDatabase:
     # -- opening ------------------------------------------------------------------------
 
     @staticmethod
-    def _make_options(write_buffer_bytes: int) -> rocksdict.Options:
+    def _make_options(write_buffer_bytes: int, memory: RocksMemory | None) -> rocksdict.Options:
         opts = rocksdict.Options(raw_mode=True)
         opts.create_if_missing(True)
         opts.create_missing_column_families(True)
@@ -135,6 +174,8 @@ class RocksDatabase:
         opts.set_db_write_buffer_size(2 * write_buffer_bytes)
         # open table files on demand: opening the database must not cost more as it grows
         opts.set_max_open_files(512)
+        if memory is not None:
+            memory.apply(opts)
         return opts
 
     def _existing_column_families(self) -> list[str]:
@@ -162,7 +203,7 @@ class RocksDatabase:
             raise CorruptStateError(f"cannot read the RocksDB database at {path}: {e}") from e
 
     def _open(self, lock_timeout: float) -> tuple[rocksdict.Rdict, set[str]]:
-        deadline = time.monotonic() + max(lock_timeout, 0.0)
+        deadline = time.monotonic() + lock_timeout
         delay = 0.01
         while True:
             names = self._existing_column_families()

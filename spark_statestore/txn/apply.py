@@ -18,7 +18,7 @@ import rocksdict
 from spark_statestore.faults import fault_point
 from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase
 
-DEFAULT_CHUNK_BYTES = 4 << 20
+DEFAULT_CHUNK_BYTES = 1 << 20
 
 
 def apply_changes(

@@ -34,7 +34,7 @@ from spark_statestore.stores.api import prefix_end
 from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
 from spark_statestore.stores.kv_store import RocksDBKeyValueStore
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
-from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase, check_store_name
+from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase, RocksMemory, check_store_name
 from spark_statestore.stores.window_spec import Clock, WindowSpec
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES, apply_changes
 from spark_statestore.txn.budget import MemoryBudget
@@ -115,6 +115,7 @@ class TransactionalDatabase:
         write_buffer_bytes: int = 32 << 20,
         commit_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         replayable: bool = False,
+        rocks_memory: RocksMemory | None = None,
     ) -> None:
         limit = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
         self.uncommitted_max_bytes = limit
@@ -126,6 +127,7 @@ class TransactionalDatabase:
             lock_timeout=lock_timeout,
             write_buffer_bytes=write_buffer_bytes,
             replayable=replayable,
+            memory=rocks_memory,
         )
         self.path = self.db.path
         self.metrics = TransactionMetrics()
@@ -332,6 +334,13 @@ class TransactionalDatabase:
         final[_MARKER_KEY] = None
         apply_changes(self.db, ranges, entries, final, self.commit_chunk_bytes)
         fault_point("commit:after-apply")
+        if not self.db.wal:
+            # Dropping the staging column families is durable at once, while without the
+            # WAL the last batches (the marker's deletion among them) live in memtables: an
+            # automatic flush may already have made the marker durable, and a crash would
+            # then redo it from emptied staging families. Flush every family first.
+            self.db.flush()
+            fault_point("commit:after-flush")
 
     def rollback(self) -> None:
         """Discard every write since the last commit."""

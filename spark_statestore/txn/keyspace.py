@@ -8,7 +8,9 @@ always reads its own writes; range and prefix reads merge the three in key order
 tombstones and pending range deletions hiding committed keys.
 
 Byte accounting follows KIP-892: a pending put costs key + value bytes, a tombstone its
-key bytes; overwriting a pending key replaces its cost instead of adding to it.
+key bytes; overwriting a pending key replaces its cost instead of adding to it. The
+memory budget that decides when to spill also counts what each buffered record costs
+CPython beyond those bytes (`budget.ENTRY_COST`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ STAGING_PREFIX = "__staging__"
 _MISSING = object()
 _PUT = b"\x01"
 _TOMBSTONE = b"\x00"
-_SPILL_BATCH_BYTES = 4 << 20
+_SPILL_BATCH_BYTES = 1 << 20
 
 Entry = tuple[bytes, "bytes | None"]
 
@@ -50,26 +52,27 @@ class TransactionalKeySpace:
         self.staging: ColumnFamilyKeySpace | None = None  # set while the buffer has spilled
         self.pending = SortedMap()
         self.ranges: list[tuple[bytes, bytes]] = []  # pending range deletions, sorted, disjoint
-        self.memory_bytes = 0
+        self.memory_bytes = 0  # key and value bytes buffered in memory (KIP-892's count)
+        self.entries = 0  # records buffered in memory
         self.spilled_bytes = 0
 
     # -- writes -------------------------------------------------------------------------
 
-    def _account(self, delta: int) -> None:
+    def _account(self, delta: int, entries: int = 0) -> None:
         self.memory_bytes += delta
-        self._budget.charge(delta)  # may spill every buffer of the transaction
+        self.entries += entries
+        self._budget.charge(delta, entries)  # may spill every buffer of the transaction
 
     def put(self, key: bytes, value: bytes) -> None:
         pending = self.pending
         old = pending.get(key, _MISSING)
-        if old is _MISSING:
-            delta = len(key) + len(value)
-        elif old is None:
-            delta = len(value)
-        else:
-            delta = len(value) - len(old)
         pending.set(key, value)
-        self._account(delta)
+        if old is _MISSING:
+            self._account(len(key) + len(value), 1)
+        elif old is None:
+            self._account(len(value))
+        else:
+            self._account(len(value) - len(old))
 
     def delete(self, key: bytes) -> None:
         pending = self.pending
@@ -77,7 +80,10 @@ class TransactionalKeySpace:
         if old is None:
             return
         pending.set(key, None)
-        self._account(len(key) if old is _MISSING else -len(old))
+        if old is _MISSING:
+            self._account(len(key), 1)
+        else:
+            self._account(-len(old))
 
     def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         for key, value in pairs:
@@ -92,13 +98,14 @@ class TransactionalKeySpace:
             return
         pending = self.pending
         freed = 0
-        for key in list(pending.iter_keys(lo, hi, True, False)):
+        removed = list(pending.iter_keys(lo, hi, True, False))
+        for key in removed:
             value = pending.pop(key)
             freed += len(key) + (0 if value is None else len(value))
         if self.staging is not None:
             self.staging.delete_range(lo, hi)
         self.ranges = _add_range(self.ranges, lo, hi)
-        self._account(len(lo) + len(hi) - freed)
+        self._account(len(lo) + len(hi) - freed, -len(removed))
 
     # -- reads --------------------------------------------------------------------------
 
@@ -221,8 +228,9 @@ class TransactionalKeySpace:
         db.write(batch)
         fault_point("spill:after-write")
         self.spilled_bytes += self.memory_bytes
-        self._budget.spilled_to_disk(self.memory_bytes)
+        self._budget.spilled_to_disk(self.memory_bytes, self.entries)
         self.memory_bytes = 0
+        self.entries = 0
         self.pending.clear()
 
     def changes(self) -> Iterator[Entry]:
@@ -238,6 +246,7 @@ class TransactionalKeySpace:
         self.pending.clear()
         self.ranges = []
         self.memory_bytes = 0
+        self.entries = 0
         self.spilled_bytes = 0
         if self.staging is not None:
             self.staging = None
