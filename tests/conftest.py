@@ -69,6 +69,14 @@ def window_factory(request, tmp_path):
         store.close()
 
 
+@pytest.fixture
+def dirs(tmp_path):
+    """A checkpoint location and a local state directory for a partition-state test."""
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    return str(checkpoint), str(tmp_path / "local")
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     """One local[2,4] SparkSession for every Spark test (4 attempts per task, so Spark

@@ -83,6 +83,14 @@ def run_batch(state: PartitionState, seed: int, batch: int, checkpoint: str) -> 
         os.fsync(f.fileno())
 
 
+def run(checkpoint: str, local_dir: str, batches: int, seed: int = 1, **kwargs) -> None:
+    """Run (or go on running) the batches up to `batches` - 1 that did not commit yet."""
+    for batch in range(last_committed(checkpoint) + 1, batches):
+        state = partition_state(checkpoint, local_dir, **kwargs)
+        run_batch(state, seed, batch, checkpoint)
+        state.wait_for_snapshots()
+
+
 def read_state(checkpoint: str, local_dir: str, **kwargs) -> tuple:
     """The state a reader opening the next batch sees."""
     state = partition_state(checkpoint, local_dir, **kwargs)

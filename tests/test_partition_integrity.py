@@ -19,18 +19,7 @@ from spark_statestore.partition import LayoutMismatchError, PartitionState, Stor
 from spark_statestore.txn import TransactionalDatabase
 
 
-@pytest.fixture
-def dirs(tmp_path):
-    checkpoint = tmp_path / "checkpoint"
-    checkpoint.mkdir()
-    return str(checkpoint), str(tmp_path / "local")
-
-
-def run(checkpoint, local, batches, seed=1, **kwargs):
-    for batch in range(wl.last_committed(checkpoint) + 1, batches):
-        state = wl.partition_state(checkpoint, local, **kwargs)
-        wl.run_batch(state, seed, batch, checkpoint)
-        state.wait_for_snapshots()
+run = wl.run
 
 
 def partition_root(checkpoint: str) -> str:

@@ -17,18 +17,7 @@ from spark_statestore.partition import PartitionState, StoreSpec
 from spark_statestore.checkpoint.snapshots import snapshot_versions
 
 
-@pytest.fixture
-def dirs(tmp_path):
-    checkpoint = tmp_path / "checkpoint"
-    checkpoint.mkdir()
-    return str(checkpoint), str(tmp_path / "local")
-
-
-def run(checkpoint, local, batches, seed=1, **kwargs):
-    for batch in range(wl.last_committed(checkpoint) + 1, batches):
-        state = wl.partition_state(checkpoint, local, **kwargs)
-        wl.run_batch(state, seed, batch, checkpoint)
-        state.wait_for_snapshots()
+run = wl.run
 
 
 def test_each_batch_sees_the_state_after_the_previous_one(dirs):

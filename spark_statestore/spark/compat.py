@@ -54,29 +54,14 @@ def internal_error(name: str, detail: str) -> PysparkInternalError:
     )
 
 
-def _check_worker_order() -> None:
+def _check_worker_step_order(name: str, first: str, then: str, detail: str) -> None:
+    """`pyspark.worker.invoke_udf` must do `first` before `then` (read from its source)."""
     from pyspark import worker
 
     source = inspect.getsource(worker.invoke_udf)
-    output = source.find("dump_stream")
-    updates = source.find("send_accumulator_updates")
-    if output < 0 or updates < output:
-        raise internal_error(
-            "WORKER_SENDS_ACCUMULATORS_LAST",
-            "pyspark.worker.invoke_udf no longer sends accumulator updates after the task's output",
-        )
-
-
-def _check_udf_unpickled_in_task() -> None:
-    from pyspark import worker
-
-    source = inspect.getsource(worker.invoke_udf)
-    context = source.find("_setTaskContext")
-    udfs = source.find("read_udfs(")
-    if context < 0 or udfs < context:
-        raise internal_error(
-            "UDF_UNPICKLED_IN_TASK", "pyspark.worker.invoke_udf no longer sets the TaskContext before reading the UDFs"
-        )
+    before, after = source.find(first), source.find(then)
+    if before < 0 or after < before:
+        raise internal_error(name, f"pyspark.worker.invoke_udf no longer {detail}")
 
 
 def _check_tws_handle() -> None:
@@ -91,8 +76,15 @@ def _check_tws_handle() -> None:
 
 def check_internals() -> None:
     """Check the internals that can be checked without a running Spark (at import)."""
-    _check_worker_order()
-    _check_udf_unpickled_in_task()
+    _check_worker_step_order(
+        "WORKER_SENDS_ACCUMULATORS_LAST",
+        "dump_stream",
+        "send_accumulator_updates",
+        "sends accumulator updates after the task's output",
+    )
+    _check_worker_step_order(
+        "UDF_UNPICKLED_IN_TASK", "_setTaskContext", "read_udfs(", "sets the TaskContext before reading the UDFs"
+    )
     _check_tws_handle()
 
 
