@@ -9,7 +9,7 @@ import pytest
 
 from spark_statestore import Change, StateStoreError, Stores, ThreadCache
 from spark_statestore.cache import entry_size
-from spark_statestore.spark.slots import cache_bytes_per_task, task_slots
+from spark_statestore.spark.slots import share_per_task, task_cpus, task_slots
 
 
 def cached_kv(cache, send_old_values=False, inner=None, **kwargs):
@@ -325,30 +325,29 @@ def test_duplicate_window_stores_cannot_be_cached():
 
 
 @pytest.mark.parametrize(
-    "conf,slots",
-    [
-        ({"spark.master": "local"}, 1),
-        ({"spark.master": "local[4]"}, 4),
-        ({"spark.master": "local[*]"}, 8),
-        ({"spark.master": "local[2, 4]"}, 2),
-        ({"spark.master": "local[*,3]"}, 8),
-        ({"spark.master": "local[4]", "spark.task.cpus": "2"}, 2),
-        ({"spark.master": "local-cluster[2,3,1024]"}, 3),
-        ({"spark.master": "yarn", "spark.executor.cores": "5", "spark.task.cpus": "2"}, 2),
-        ({"spark.master": "yarn"}, 1),
-        ({"spark.master": "k8s://https://host:443", "spark.executor.cores": "4"}, 4),
-        ({"spark.master": "spark://host:7077"}, 8),
-        ({"spark.master": "local[1]", "spark.task.cpus": "4"}, 1),
-    ],
+    "cores,cpus,slots",
+    [(1, 1, 1), (4, 1, 4), (4, 2, 2), (5, 2, 2), (1, 4, 1)],
 )
-def test_task_slots(conf, slots):
-    assert task_slots(conf, cpu_count=8) == slots
+def test_task_slots(cores, cpus, slots):
+    assert task_slots(cores, cpus) == slots
 
 
-def test_cache_bytes_per_task():
-    assert cache_bytes_per_task(10_485_760, {"spark.master": "local[4]"}) == 2_621_440
-    assert cache_bytes_per_task(0, {"spark.master": "local[4]"}) == 0
-    with pytest.raises(ValueError, match="spark.statestore.cache.maxBytes must be at least 0, got -1"):
-        cache_bytes_per_task(-1, {})
-    with pytest.raises(ValueError, match="spark.task.cpus must be at least 1, got 0"):
-        task_slots({"spark.task.cpus": "0"})
+def test_shares_per_task():
+    assert share_per_task(10_485_760, 4) == 2_621_440
+    assert share_per_task(0, 4) == 0
+    with pytest.raises(ValueError, match="spark.task.cpus must be at least 1, got '0'"):
+        task_cpus({"spark.task.cpus": "0"}.get)
+    with pytest.raises(ValueError, match="spark.task.cpus must be an integer, got 'x'"):
+        task_cpus({"spark.task.cpus": "x"}.get)
+
+
+@pytest.mark.spark
+def test_executor_cores_come_from_spark(spark):
+    """The shared session runs local[2,4]: Spark's local scheduler has 2 cores; an explicit
+    spark.executor.cores wins."""
+    from spark_statestore.spark import compat
+
+    assert compat.executor_cores(spark, {}.get) == 2
+    assert compat.executor_cores(spark, {"spark.executor.cores": "6"}.get) == 6
+    with pytest.raises(ValueError, match="spark.executor.cores must be an integer, got 'six'"):
+        compat.executor_cores(spark, {"spark.executor.cores": "six"}.get)

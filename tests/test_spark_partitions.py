@@ -236,3 +236,24 @@ def test_an_output_closed_early_releases_the_partition_unprepared(tmp_path, adap
     out.close()
     assert _partition_is_free(config)
     assert not os.path.exists(os.path.join(config.checkpoint_location, "statestore", "0", "0.changelog"))
+
+
+def test_task_state_views_and_the_watermark_of_zero(tmp_path):
+    """An unknown store's view is a KeyError naming it; a watermark of 0 still moves the
+    watermark-clocked window stores at the end of the batch."""
+    from spark_statestore.spark import Window
+    from spark_statestore.spark.task import TaskInfo
+    from spark_statestore.spark.task_state import TaskState
+
+    config = _adapter_config(tmp_path)
+    config = type(config)(config.checkpoint_location, (Window("w", 100, 10),), config.settings, config.accumulator)
+    task = TaskInfo(batch_id=0, partition=0, attempt=0, task_attempt_id=9, query_id="q", stage_id=1)
+    state = TaskState(config, task).open()
+    with pytest.raises(KeyError, match="no store 'nope'; this operator declares \\['w'\\]"):
+        state.view("nope")
+    assert state.view("w").observed_stream_time == -1
+    state.observe_watermark(0)
+    state.finish(report=False)
+    state = TaskState(config, TaskInfo(1, 0, 0, 10, "q", 1)).open()
+    assert state["w"].observed_stream_time == 0
+    state.abort()

@@ -31,8 +31,8 @@ def test_values_and_byte_sizes():
             "spark.statestore.snapshotInterval": "5",
             "spark.statestore.minBatchesToRetain": "20",
             "spark.statestore.localDir": "/data/state",
-            "spark.master": "local[4]",
-        }.get
+        }.get,
+        task_slots=4,
     )
     assert s.isolation_level is IsolationLevel.READ_UNCOMMITTED
     assert s.cache_max_bytes == 64 << 20 and s.cache_bytes_per_task() == 16 << 20

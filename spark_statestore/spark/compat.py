@@ -23,6 +23,9 @@ and covered by a test of its own (`tests/test_spark_compat.py`):
 * `LISTENER_BUS`: `SparkContext._jsc.sc().listenerBus().waitUntilEmpty(ms)`, so that a
   Python query listener is removed only after the events already queued for it arrived.
 * `DRIVER_LOG`: the JVM's log4j through `SparkContext._jvm`, to log into the driver log.
+* `EXECUTOR_CORES`: the cores of an executor as Spark knows them when
+  `spark.executor.cores` is not set: the local scheduler backend's `totalCores()`, or the
+  executors registered in the application's status store (`statusStore().executorList`).
 """
 
 from __future__ import annotations
@@ -153,3 +156,26 @@ def driver_logger(spark: Any) -> Callable[[str], None] | None:
     except Exception as e:
         raise internal_error("DRIVER_LOG", f"log4j is not reachable through SparkContext._jvm: {e}") from e
     return jlogger.info
+
+
+def executor_cores(spark: Any, get: Callable[[str], str | None]) -> int:
+    """Cores of one executor of this session: `spark.executor.cores` when set; in local
+    mode the scheduler's cores; else the most cores of a registered executor (1, Spark's
+    default on YARN and Kubernetes, while none has registered)."""
+    configured = get("spark.executor.cores")
+    if configured:
+        try:
+            return int(configured)
+        except ValueError:
+            raise ValueError(f"spark.executor.cores must be an integer, got {configured!r}") from None
+    try:
+        context = spark.sparkContext._jsc.sc()
+        backend = context.schedulerBackend()
+        if backend.getClass().getSimpleName() == "LocalSchedulerBackend":
+            return int(backend.totalCores())
+        executors = context.statusStore().executorList(True)
+        cores = [int(executors.apply(i).totalCores()) for i in range(executors.size())
+                 if executors.apply(i).id() != "driver"]
+    except Exception as e:
+        raise internal_error("EXECUTOR_CORES", f"the scheduler or status store cannot be asked: {e}") from e
+    return max(cores, default=1)

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable
 
-from spark_statestore.spark.slots import cache_bytes_per_task
+from spark_statestore.spark.slots import session_task_slots, share_per_task, task_cpus
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES
 from spark_statestore.txn.isolation import IsolationLevel
 
@@ -26,7 +26,6 @@ LOCAL_DIR = "spark.statestore.localDir"
 LOCK_TIMEOUT = "spark.statestore.lockTimeout"
 ROCKSDB_MEMORY_BYTES = "spark.statestore.rocksdb.memoryBytes"
 
-_SLOT_KEYS = ("spark.master", "spark.executor.cores", "spark.task.cpus")
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
 _SIZE = re.compile(r"^\s*(-?\d+)\s*([a-zA-Z]*)\s*$")
 
@@ -108,19 +107,18 @@ class StateStoreSettings:
     local_dir: str | None
     lock_timeout: float
     rocksdb_memory_bytes: int
-    slot_conf: Mapping[str, str] = field(default_factory=dict)
+    task_slots: int = 1
 
     @classmethod
-    def from_conf(cls, get: Callable[[str], str | None]) -> "StateStoreSettings":
-        """Settings from a lookup of configuration keys (None = not set)."""
+    def from_conf(cls, get: Callable[[str], str | None], task_slots: int = 1) -> "StateStoreSettings":
+        """Settings from a lookup of configuration keys (None = not set), for executors
+        that run `task_slots` tasks at once."""
         values = {}
         for setting in SETTINGS:
             found = get(setting.key)
             values[setting.field] = setting.parse(setting.key, setting.default if found is None else found)
-        slots = {k: v for k in _SLOT_KEYS if (v := get(k)) is not None}
-        settings = cls(slot_conf=slots, **values)
-        settings.cache_bytes_per_task()  # checks spark.task.cpus
-        return settings
+        task_cpus(get)  # a bad spark.task.cpus fails here, naming the key
+        return cls(task_slots=task_slots, **values)
 
     @classmethod
     def defaults(cls) -> "StateStoreSettings":
@@ -135,16 +133,16 @@ class StateStoreSettings:
             found = spark.conf.get(key, None)
             return found if found is not None else context_conf.get(key, None)
 
-        return cls.from_conf(get)
+        return cls.from_conf(get, session_task_slots(spark, get))
 
     def cache_bytes_per_task(self) -> int:
         """This executor's share of `spark.statestore.cache.maxBytes` for one task."""
-        return cache_bytes_per_task(self.cache_max_bytes, self.slot_conf)
+        return share_per_task(self.cache_max_bytes, self.task_slots)
 
     def rocksdb_bytes_per_task(self) -> int:
         """This executor's share of `spark.statestore.rocksdb.memoryBytes` for one task
         slot (at least 1 MiB)."""
-        return max(1 << 20, cache_bytes_per_task(self.rocksdb_memory_bytes, self.slot_conf))
+        return max(1 << 20, share_per_task(self.rocksdb_memory_bytes, self.task_slots))
 
     def resolve_local_dir(self) -> str:
         """Where local RocksDB copies live in this process: the configured directory, else
