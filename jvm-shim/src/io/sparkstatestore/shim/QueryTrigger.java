@@ -1,0 +1,21 @@
+package io.sparkstatestore.shim;
+
+/**
+ * What the shim knows about one run of a streaming query: its trigger, and the wakeable
+ * clock installed for it ({@code null} when none is, {@code reason} then says why).
+ *
+ * @param runId      the run this describes (a restart from the checkpoint is a new run of the
+ *                   same query id)
+ * @param kind       {@code processingTime}, {@code once}, {@code availableNow},
+ *                   {@code continuous}, {@code realTime} or {@code unknown}
+ * @param intervalMs the processing-time interval; 0 for the other kinds
+ * @param clock      the query's trigger clock, or {@code null}
+ * @param reason     why no clock is installed; empty when one is
+ */
+public record QueryTrigger(String runId, String kind, long intervalMs, WakeableClock clock, String reason) {
+
+    /** Whether waking the query starts its next batch early. */
+    public boolean wakeable() {
+        return clock != null;
+    }
+}

@@ -1,0 +1,206 @@
+"""The early trigger's JVM shim, from Python (driver side, py4j).
+
+The shim (`jvm-shim/`, packaged as `spark_statestore/jars/spark-statestore-shim.jar`) is a
+`StreamingQueryListener` that installs a wakeable clock as each query's trigger clock when
+the query starts, so `wake(spark, query_id)` can end the wait of a `processingTime` query
+between two micro-batches and its next batch starts at once.
+
+`activate_shim(spark)` makes the listener active in a session: the classes come from the
+driver's classpath when the jar was given with `spark.jars` / `--jars` /
+`spark.driver.extraClassPath` (`shim_jar()` says where it is), otherwise the packaged jar
+is loaded into the running driver by a child class loader of Spark's. It never raises for
+a shim that cannot be used; the returned `ShimStatus` says why (no jar, the class does
+not load, a Spark Connect session without a JVM, ...). Only queries started after
+activation are wakeable: the clock has to be in place before the query's first wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("spark_statestore.spark.jvm")
+
+SHIM_CLASS = "io.sparkstatestore.shim.EarlyTrigger"
+JAR_PATH = Path(__file__).resolve().parent.parent / "jars" / "spark-statestore-shim.jar"
+
+_lock = threading.Lock()
+_facades: dict[int, tuple[Any, str]] = {}  # id(py4j gateway) -> (shim facade, "classpath" | "loaded")
+
+
+@dataclass(frozen=True)
+class ShimStatus:
+    """Whether early triggers can work in a session, and why not."""
+
+    available: bool
+    reason: str = ""
+    source: str = ""  # "classpath" or "loaded" (the packaged jar, into the running driver)
+
+
+@dataclass(frozen=True)
+class QueryTrigger:
+    """A running query's trigger as the shim saw it start.
+
+    `kind` is `processingTime`, `once`, `availableNow`, `continuous`, `realTime` or
+    `unknown`; `wakeable` is true when a wakeable clock is installed (a processing-time
+    interval above 0), else `reason` says why not. `early_wakes` counts the waits between
+    batches that a wake cut short."""
+
+    query_id: str
+    run_id: str
+    kind: str
+    interval_ms: int
+    wakeable: bool
+    reason: str
+    early_wakes: int
+
+
+def shim_jar() -> str | None:
+    """Path of the packaged shim jar (for `spark.jars` / `--jars`), None if the package was
+    built without it (no JDK or pyspark at build time)."""
+    return str(JAR_PATH) if JAR_PATH.is_file() else None
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def _jvm_session(spark: Any) -> Any:
+    """The session's JVM object; `_Unavailable` for Spark Connect or a stopped context."""
+    try:
+        jsession = getattr(spark, "_jsparkSession", None)
+    except Exception:  # noqa: BLE001 - Spark Connect raises its own errors for JVM attributes
+        jsession = None
+    if jsession is None:
+        raise _Unavailable(
+            f"{type(spark).__module__}.{type(spark).__name__} has no driver JVM reachable from Python "
+            "(a Spark Connect session?); early triggers need a classic SparkSession"
+        )
+    if spark.sparkContext._jsc is None:
+        raise _Unavailable("the SparkContext is stopped")
+    return jsession
+
+
+def _classpath_facade(spark: Any) -> Any | None:
+    """A shim facade from the driver's classpath, None if the classes are not on it."""
+    from py4j.java_gateway import JavaClass
+
+    node = spark._jvm
+    for part in SHIM_CLASS.split("."):
+        node = getattr(node, part)
+    return node() if isinstance(node, JavaClass) else None
+
+
+def _load_packaged(spark: Any, jsession: Any) -> Any:
+    """A shim facade from the packaged jar, loaded by a child of Spark's class loader."""
+    jar = shim_jar()
+    if jar is None:
+        raise _Unavailable(
+            f"the shim jar is not on the driver's classpath and not packaged ({JAR_PATH} is missing: "
+            "the package was built without a JDK or pyspark; build it with `python jvm-shim/build.py`)"
+        )
+    from py4j.protocol import Py4JError
+
+    gateway, jvm = spark.sparkContext._gateway, spark._jvm
+    try:
+        urls = gateway.new_array(jvm.java.net.URL, 1)
+        urls[0] = jvm.java.io.File(jar).toURI().toURL()
+        loader = jvm.java.net.URLClassLoader(urls, jsession.getClass().getClassLoader())
+        facade_class = loader.loadClass(SHIM_CLASS)
+        constructor = facade_class.getConstructor(gateway.new_array(jvm.java.lang.Class, 0))
+        return constructor.newInstance(gateway.new_array(jvm.java.lang.Object, 0))
+    except Py4JError as e:
+        raise _Unavailable(f"cannot load {SHIM_CLASS} from {jar}: {_java_message(e)}") from None
+
+
+def _java_message(error: Exception) -> str:
+    java = getattr(error, "java_exception", None)
+    return str(java) if java is not None else str(error).strip().splitlines()[0]
+
+
+def _facade(spark: Any, load: bool) -> tuple[Any, str]:
+    """The driver's shim facade and where its classes came from, found once per driver
+    JVM; with `load`, the packaged jar is loaded when the classes are not on the classpath."""
+    jsession = _jvm_session(spark)
+    key = id(spark.sparkContext._gateway)
+    with _lock:
+        found = _facades.get(key)
+        if found is None:
+            facade = _classpath_facade(spark)
+            if facade is not None:
+                found = (facade, "classpath")
+            elif load:
+                found = (_load_packaged(spark, jsession), "loaded")
+            else:
+                raise _Unavailable("the shim is not active in this driver")
+            _facades[key] = found
+        return found
+
+
+def activate_shim(spark: Any) -> ShimStatus:
+    """Make the clock-installing listener active in a SparkSession's driver (once per
+    session; later calls only report). Never raises: the status says why it is unavailable."""
+    try:
+        facade, source = _facade(spark, load=True)
+        registered = facade.register(spark._jsparkSession)
+    except _Unavailable as e:
+        return ShimStatus(False, str(e))
+    except Exception as e:  # noqa: BLE001 - py4j and JVM failures become a status
+        return ShimStatus(False, f"cannot register the early-trigger listener: {_java_message(e)}")
+    if registered:
+        log.info("spark_statestore early trigger: listener active (shim classes from %s)", source)
+    return ShimStatus(True, "", source)
+
+
+def wake(spark: Any, query_id: str) -> bool:
+    """Start the query's next batch as soon as possible: end its current wait between
+    batches, or its next wait if a batch is running. False if the query has no wakeable
+    clock (shim not active, query not running or started before activation, a trigger
+    that never waits)."""
+    try:
+        facade, _ = _facade(spark, load=False)
+        return bool(facade.wake(str(query_id)))
+    except Exception as e:  # noqa: BLE001 - waking is best effort
+        log.debug("wake of query %s failed: %s", query_id, e)
+        return False
+
+
+def query_trigger(spark: Any, query_id: str) -> QueryTrigger | None:
+    """The query's trigger as the shim saw it start; None when the shim did not see the
+    running query start (or is not active)."""
+    try:
+        facade, _ = _facade(spark, load=False)
+        found = facade.query(str(query_id))
+        if found is None:
+            return None
+        clock = found.clock()
+        return QueryTrigger(
+            query_id=str(query_id),
+            run_id=found.runId(),
+            kind=found.kind(),
+            interval_ms=int(found.intervalMs()),
+            wakeable=bool(found.wakeable()),
+            reason=found.reason(),
+            early_wakes=int(clock.earlyReturns()) if clock is not None else 0,
+        )
+    except Exception as e:  # noqa: BLE001 - asking is best effort
+        log.debug("trigger of query %s unknown: %s", query_id, e)
+        return None
+
+
+class SessionShim:
+    """The shim of one SparkSession, activated on construction: what the governor wakes
+    queries through (`status`, `wake(query_id)`, `trigger(query_id)`)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.status = activate_shim(spark)
+
+    def wake(self, query_id: str) -> bool:
+        return wake(self.spark, query_id)
+
+    def trigger(self, query_id: str) -> QueryTrigger | None:
+        return query_trigger(self.spark, query_id)
