@@ -22,6 +22,7 @@ operator set; the time each query spends above it is what its state costs.
       stores behind the record cache, and (f) with spark.statestore.cache.maxBytes=0
 
     python benchmarks/spark_state.py [--rows N] [--keys K] [--files F]
+    python benchmarks/spark_state.py --steady [--rows-per-batch N] [--keys K] [--batches B] ...
 """
 
 from __future__ import annotations
@@ -187,21 +188,43 @@ def timed(spark: Any, build: Any, workdir: str, name: str, mode: str) -> float:
     return seconds
 
 
+def _builder() -> Any:
+    return (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--files", type=int, default=4)
+    parser.add_argument("--steady", action="store_true", help="steady-state mode (see benchmarks/steady_state.py)")
+    parser.add_argument("--rows-per-batch", type=int, default=2_000_000, help="--steady: rows per micro-batch")
+    parser.add_argument("--batches", type=int, default=5, help="--steady: measured batches after the warm-up")
+    parser.add_argument("--warmup", type=int, default=1, help="--steady: warm-up batches")
+    parser.add_argument("--partitions", type=int, default=2, help="--steady: shuffle partitions")
+    parser.add_argument("--cache-bytes", type=int, default=64 << 20, help="--steady: record cache per executor")
+    parser.add_argument("--only", default="", help="--steady: comma-separated words; run the queries whose names have one")
+    parser.add_argument("--workdir", default="", help="--steady: keep input and state here (reused across runs)")
     args = parser.parse_args()
+    if args.steady:
+        if args.keys == 100:
+            args.keys = 100_000
+        import steady_state
+
+        steady_state.main(args, _builder())
+        return
     workdir = tempfile.mkdtemp(prefix="bench-spark-")
     spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        _builder()
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.statestore.localDir", os.path.join(workdir, "local"))
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

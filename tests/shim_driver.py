@@ -23,7 +23,7 @@ def main(mode: str, workdir: Path) -> dict:
     from pyspark.sql import SparkSession
 
     from spark_statestore.spark import jvm
-    from spark_statestore.spark.governor import EarlyTriggerGovernor, EarlyTriggerSettings
+    from spark_statestore.spark.governor import EarlyTriggerGovernor
     from spark_statestore.spark.signals import CrossingSignal
 
     builder = (
@@ -46,7 +46,7 @@ def main(mode: str, workdir: Path) -> dict:
     logging.getLogger("spark_statestore").addHandler(handler)
 
     shim = jvm.SessionShim(spark)
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     source = workdir / "input"
     source.mkdir()
     (source / "part-1.txt").write_text("a\n")

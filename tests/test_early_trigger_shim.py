@@ -21,13 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_statestore.spark.governor import (
-    ENABLED,
-    SIGNAL_PORT,
-    BatchReport,
-    EarlyTriggerGovernor,
-    EarlyTriggerSettings,
-)
+from spark_statestore.spark.governor import BatchReport, EarlyTriggerGovernor
+from spark_statestore.spark.settings import EARLY_TRIGGER_ENABLED as ENABLED
+from spark_statestore.spark.settings import SIGNAL_PORT, StateStoreSettings
 from spark_statestore.spark.jvm import QueryTrigger, ShimStatus
 from spark_statestore.spark.signals import CrossingSignal
 
@@ -61,7 +57,7 @@ def crossing(query: str = "q1", batch: int = 5, partition: int = 2, size: int = 
 
 def test_crossing_in_flight_wakes_the_query_once_per_batch(caplog):
     shim = RecordingShim()
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     with caplog.at_level(logging.INFO, logger="spark_statestore.spark.governor"):
         assert governor.on_signal(crossing(partition=2)) is True
         assert governor.on_signal(crossing(partition=3)) is False  # same batch: already decided
@@ -77,7 +73,7 @@ def test_crossing_in_flight_wakes_the_query_once_per_batch(caplog):
 
 def test_crossing_at_the_end_of_a_batch_wakes_the_query():
     shim = RecordingShim()
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     report = BatchReport("q1", 9, {0: 10, 1: LIMIT + 100, 2: LIMIT + 50}, LIMIT)
     assert governor.on_batch_end(report) is True
     assert shim.woken == ["q1"]
@@ -90,7 +86,7 @@ def test_crossing_at_the_end_of_a_batch_wakes_the_query():
 
 def test_a_run_of_crossing_batches_wakes_once_per_batch_then_the_interval_comes_back():
     shim = RecordingShim()
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     for batch in range(3, 7):
         governor.on_signal(crossing(batch=batch))
         governor.on_batch_end(BatchReport("q1", batch, {0: LIMIT * 2}, LIMIT))
@@ -103,7 +99,7 @@ def test_a_run_of_crossing_batches_wakes_once_per_batch_then_the_interval_comes_
 
 def test_under_the_limit_or_without_a_limit_nothing_is_woken():
     shim = RecordingShim()
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     assert not governor.on_signal(crossing(size=LIMIT - 1))
     assert not governor.on_batch_end(BatchReport("q1", 1, {0: 100, 1: LIMIT}, LIMIT))
     assert not governor.on_batch_end(BatchReport("q1", 2, {}, LIMIT))
@@ -113,7 +109,7 @@ def test_under_the_limit_or_without_a_limit_nothing_is_woken():
 
 def test_only_the_crossing_query_is_woken():
     shim = RecordingShim()
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     governor.on_signal(crossing(query="q2", batch=1))
     governor.on_batch_end(BatchReport("q1", 1, {0: 1}, LIMIT))
     governor.on_signal(crossing(query="q3", batch=1))
@@ -123,7 +119,7 @@ def test_only_the_crossing_query_is_woken():
 
 def test_concurrent_signals_of_one_batch_wake_once():
     shim = RecordingShim()
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     start = threading.Barrier(8)
 
     def signal(partition: int) -> None:
@@ -141,7 +137,7 @@ def test_concurrent_signals_of_one_batch_wake_once():
 def test_unavailable_shim_warns_once_and_wakes_nothing(caplog):
     shim = RecordingShim(available=False, reason="the shim jar is not packaged")
     with caplog.at_level(logging.INFO, logger="spark_statestore.spark.governor"):
-        governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+        governor = EarlyTriggerGovernor(True, shim)
         for batch in range(3):
             governor.on_signal(crossing(batch=batch))
             governor.on_batch_end(BatchReport("q1", batch, {0: LIMIT * 3}, LIMIT))
@@ -154,7 +150,7 @@ def test_unavailable_shim_warns_once_and_wakes_nothing(caplog):
 def test_disabled_by_setting_wakes_nothing_and_does_not_warn(caplog):
     shim = RecordingShim()
     with caplog.at_level(logging.INFO, logger="spark_statestore.spark.governor"):
-        governor = EarlyTriggerGovernor(EarlyTriggerSettings(enabled=False), shim)
+        governor = EarlyTriggerGovernor(False, shim)
         governor.on_signal(crossing())
     assert shim.woken == []
     assert [r.levelno for r in caplog.records] == [logging.INFO]
@@ -165,7 +161,7 @@ def test_disabled_by_setting_wakes_nothing_and_does_not_warn(caplog):
 def test_queries_that_never_wait_are_told_once_there_is_nothing_to_do(caplog, kind):
     never_waits = QueryTrigger("q1", "run", kind, 0, False, f"a {kind} trigger never waits between batches", 0)
     shim = RecordingShim(triggers={"q1": never_waits})
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     with caplog.at_level(logging.INFO, logger="spark_statestore.spark.governor"):
         for batch in range(3):
             governor.on_signal(crossing(batch=batch))
@@ -178,7 +174,7 @@ def test_queries_that_never_wait_are_told_once_there_is_nothing_to_do(caplog, ki
 def test_a_query_the_shim_did_not_see_start_is_warned_about_once(caplog):
     shim = RecordingShim(triggers={"q1": None})
     shim.trigger = lambda query_id: None  # the listener never saw the query start
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), shim)
+    governor = EarlyTriggerGovernor(True, shim)
     with caplog.at_level(logging.WARNING, logger="spark_statestore.spark.governor"):
         governor.on_signal(crossing(batch=1))
         governor.on_signal(crossing(batch=2))
@@ -187,9 +183,11 @@ def test_a_query_the_shim_did_not_see_start_is_warned_about_once(caplog):
 
 
 def test_settings_defaults_and_values():
-    assert EarlyTriggerSettings.from_conf({}.get) == EarlyTriggerSettings(enabled=True, signal_port=0)
+    defaults = StateStoreSettings.defaults()
+    assert (defaults.early_trigger_enabled, defaults.signal_port) == (True, 0)
     conf = {ENABLED: " FALSE ", SIGNAL_PORT: "40123"}
-    assert EarlyTriggerSettings.from_conf(conf.get) == EarlyTriggerSettings(enabled=False, signal_port=40123)
+    settings = StateStoreSettings.from_conf(conf.get)
+    assert (settings.early_trigger_enabled, settings.signal_port) == (False, 40123)
 
 
 @pytest.mark.parametrize(
@@ -204,7 +202,7 @@ def test_settings_defaults_and_values():
 )
 def test_bad_settings_name_the_key_and_the_value(key, value, message):
     with pytest.raises(ValueError) as error:
-        EarlyTriggerSettings.from_conf({key: value}.get)
+        StateStoreSettings.from_conf({key: value}.get)
     assert str(error.value) == message
 
 
@@ -475,7 +473,7 @@ def test_governor_wakes_a_query_on_a_signal_from_its_task(session, tmp_path):
     from spark_statestore.spark.jvm import SessionShim
     from spark_statestore.spark.signals import SignalServer
 
-    governor = EarlyTriggerGovernor(EarlyTriggerSettings(), SessionShim(session))
+    governor = EarlyTriggerGovernor(True, SessionShim(session))
     stream = FileStream(tmp_path / "stream")
     control = tmp_path / "control"
     control.mkdir()

@@ -407,3 +407,18 @@ def test_cached_store_with_external_clock_passes_advances_to_the_store():
     assert list(inner.fetch(b"a", 0, 1000)) == []
     cached.flush()
     assert list(inner.fetch(b"a", 0, 1000)) == [(500, b"1")]
+
+
+def test_fetches_of_a_range_that_expired_entirely_are_empty_behind_a_cache(tmp_path):
+    """A cached store narrows a fetch to its live windows before asking the store below:
+    a range that expired entirely must be empty, not an inverted range for that store."""
+    from spark_statestore import ThreadCache
+
+    inner = Stores.persistent_window_store("w", tmp_path / "db", 100, 10)
+    store = Stores.caching(inner, ThreadCache(10_000))
+    store.put(b"k", b"v", 0)
+    store.put(b"k", b"w", 500)  # stream time 500: windows up to 400 expired
+    assert list(store.fetch_all(0, 300)) == []
+    assert list(store.fetch(b"k", 0, 300)) == []
+    assert list(store.backward_fetch_range(None, None, 0, 400)) == []
+    store.close()

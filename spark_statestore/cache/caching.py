@@ -13,7 +13,7 @@ import itertools
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from spark_statestore.cache.change import Change
-from spark_statestore.cache.thread_cache import NamedCache, ThreadCache
+from spark_statestore.cache.thread_cache import MISSING, NamedCache, ThreadCache
 from spark_statestore.errors import StateStoreError
 from spark_statestore.txn.stores import TransactionalStore
 
@@ -97,6 +97,19 @@ class CachingLayer:
     def cache_stats(self) -> dict[str, int]:
         """Entries and bytes of this store's cache."""
         return {"entries": len(self._named), "bytes": self._named.size_bytes, "dirty": len(self._named.dirty)}
+
+    def _read_through(self, cache_keys: list[bytes], fetch: Callable[[list[int]], list]) -> list[bytes | None]:
+        """Values of many cache keys: cached ones from the cache, the rest by one `fetch`
+        of their positions from the store (filling the cache with what it finds)."""
+        named = self._named
+        out = [named.get(key) for key in cache_keys]
+        missing = [i for i, value in enumerate(out) if value is MISSING]
+        if missing:
+            for i, value in zip(missing, fetch(missing), strict=True):
+                out[i] = value
+                if value is not None:
+                    named.put(cache_keys[i], value, False)
+        return out
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """Write flushed entries to the wrapped store; return the changes to forward."""

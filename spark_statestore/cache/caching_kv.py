@@ -55,16 +55,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
         if not self._open:
             raise self._closed()
         keys = [k if type(k) is bytes else check_key(k) for k in keys]
-        named = self._named
-        out = [named.get(key) for key in keys]
-        missing = [i for i, value in enumerate(out) if value is MISSING]
-        if missing:
-            found = self._inner.get_all([keys[i] for i in missing])
-            for i, value in zip(missing, found, strict=True):
-                out[i] = value
-                if value is not None:
-                    named.put(keys[i], value, False)
-        return out
+        return self._read_through(keys, lambda missing: self._inner.get_all([keys[i] for i in missing]))
 
     def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         if not self._open:

@@ -17,6 +17,7 @@ from spark_statestore.cache.thread_cache import MISSING, ThreadCache
 from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
+from spark_statestore.validation import check_window_get
 
 
 class CachingWindowStore(CachingLayer, WindowStore):
@@ -66,6 +67,23 @@ class CachingWindowStore(CachingLayer, WindowStore):
         if value is not None:
             self._named.put(cache_key, value, False)
         return value
+
+    def get_all(self, keys: list[bytes], window_starts: list[int]) -> list[bytes | None]:
+        """Cached values where present; one `get_all` of the store for the rest."""
+        if not self._open:
+            raise self._closed()
+        if len(keys) != len(window_starts):
+            raise ValueError(f"keys and window_starts must have the same length, got {len(keys)} and {len(window_starts)}")
+        checked = [check_window_get(k, s) for k, s in zip(keys, window_starts)]
+        cache_keys = [ws_bytes(s) + k for k, s in checked]
+        inner = self._inner
+
+        def fetch(missing: list[int]) -> list:
+            return inner.get_all([checked[i][0] for i in missing], [checked[i][1] for i in missing])
+
+        expired_up_to = self.observed_stream_time - self.retention_period
+        values = self._read_through(cache_keys, fetch)
+        return [None if s <= expired_up_to else v for v, (_, s) in zip(values, checked)]
 
     def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:
         named = self._named

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from spark_statestore.serde.values import Serde, wrong_type
+from spark_statestore.serde.values import Serde, _int64_array, wrong_type
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -45,6 +45,19 @@ class Int64KeySerde(Serde):
 
     def decode(self, data: bytes) -> int:
         return int.from_bytes(data, "big") - _SIGN
+
+    def encode_many(self, values: Any, name: str = "key") -> list[bytes]:
+        array = _int64_array(values)
+        if array is None:
+            return super().encode_many(values, name)
+        return (array.view("u8") ^ (1 << 63)).astype(">u8").view("V8").tolist()
+
+    def decode_many(self, data: list) -> list:
+        if None in data or any(len(d) != 8 for d in data):
+            return super().decode_many(data)
+        import numpy as np
+
+        return (np.frombuffer(b"".join(data), ">u8") ^ (1 << 63)).view("i8").tolist()
 
 
 def escape(data: bytes) -> bytes:

@@ -31,6 +31,19 @@ class Serde:
     def decode(self, data: bytes) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def encode_many(self, values: Any, name: str = "value") -> list[bytes]:
+        """Encode a column (a list, numpy array, pandas Series or Arrow array); the built-in
+        serdes do it without a Python call per value where they can."""
+        encode = self.encode
+        if self.builtin:
+            return [encode(v, name) for v in as_list(values)]  # type: ignore[call-arg]
+        return [encode(v) for v in as_list(values)]
+
+    def decode_many(self, data: list) -> list:
+        """Decode a list of stored values (`None` stays `None`)."""
+        decode = self.decode
+        return [None if d is None else decode(d) for d in data]
+
     @property
     def identity(self) -> str:
         """What the state records about this serde (see module docstring)."""
@@ -39,6 +52,51 @@ class Serde:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def as_list(values: Any) -> list:
+    """A Python list from a list, tuple, numpy array, pandas Series or pyarrow array."""
+    if isinstance(values, list):
+        return values
+    to_pylist = getattr(values, "to_pylist", None)
+    if to_pylist is not None:
+        return to_pylist()
+    tolist = getattr(values, "tolist", None)
+    if tolist is not None:
+        return tolist()
+    return list(values)
+
+
+def _arrow_strings(values: Any) -> Any:
+    """`values` as an Arrow string array when it is one (or a chunked one), else None."""
+    import pyarrow as pa
+
+    if isinstance(values, (pa.Array, pa.ChunkedArray)) and (
+        pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+    ):
+        return values
+    return None
+
+
+def _int64_array(values: Any) -> Any:
+    """`values` as a numpy int64 array when it holds integers only (no nulls), else None."""
+    import numpy as np
+
+    if isinstance(values, list):
+        return None  # a list of Python ints: checking each costs what encoding each does
+    try:
+        if hasattr(values, "to_numpy") and not isinstance(values, np.ndarray):
+            if getattr(values, "null_count", 0):
+                return None
+            values = values.to_numpy()
+        array = np.asarray(values)
+    except (TypeError, ValueError):
+        return None
+    if array.dtype.kind not in "iu" or array.ndim != 1:
+        return None
+    if array.dtype.kind == "u" and array.size and int(array.max()) >= 1 << 63:
+        return None
+    return array.astype(np.int64, copy=False)
 
 
 def _typename(value: Any) -> str:
@@ -85,6 +143,14 @@ class StrSerde(Serde):
         except UnicodeEncodeError:
             raise ValueError(f"{name} must be valid Unicode text, got {value!r}") from None
 
+    def encode_many(self, values: Any, name: str = "value") -> list[bytes]:
+        strings = _arrow_strings(values)
+        if strings is not None and not strings.null_count:
+            import pyarrow as pa
+
+            return strings.cast(pa.binary()).to_pylist()  # Arrow strings are UTF-8 already
+        return super().encode_many(values, name)
+
     def decode(self, data: bytes) -> str:
         return data.decode("utf-8")
 
@@ -107,6 +173,19 @@ class IntSerde(Serde):
 
     def decode(self, data: bytes) -> int:
         return int.from_bytes(data, "big", signed=True)
+
+    def encode_many(self, values: Any, name: str = "value") -> list[bytes]:
+        array = _int64_array(values)
+        if array is None:
+            return super().encode_many(values, name)
+        return array.astype(">i8").view("V8").tolist()
+
+    def decode_many(self, data: list) -> list:
+        if None in data or any(len(d) != 8 for d in data):
+            return super().decode_many(data)
+        import numpy as np
+
+        return np.frombuffer(b"".join(data), ">i8").tolist()
 
 
 _DOUBLE = struct.Struct(">d")

@@ -6,7 +6,7 @@ from spark_statestore.spark.frames import check_columns, epoch_millis
 from spark_statestore.spark.group_state import with_stores
 from spark_statestore.spark.partitions import changes_schema, partition_function
 from spark_statestore.spark.metrics import StateStoreMetrics
-from spark_statestore.spark.operator import metrics_for
+from spark_statestore.spark.session import metrics_for
 from spark_statestore.spark.processor import StoreProcessor
 from spark_statestore.spark.settings import StateStoreSettings
 from spark_statestore.spark.task_state import TaskState

@@ -27,42 +27,14 @@ import collections
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Mapping, Protocol
 
 from spark_statestore.spark.jvm import QueryTrigger, ShimStatus
-from spark_statestore.spark.settings import parse_int
+from spark_statestore.spark.settings import EARLY_TRIGGER_ENABLED
 from spark_statestore.spark.signals import CrossingSignal
 
 log = logging.getLogger("spark_statestore.spark.governor")
 
-ENABLED = "spark.statestore.earlyTrigger.enabled"
-SIGNAL_PORT = "spark.statestore.earlyTrigger.signalPort"
-_BOOLEANS = {"true": True, "false": False}
-
-
-@dataclass(frozen=True)
-class EarlyTriggerSettings:
-    """`spark.statestore.earlyTrigger.*`: `enabled` (default true: on wherever the shim
-    is available) and `signalPort` (the driver's UDP port for in-flight signals; 0, the
-    default, picks a free one)."""
-
-    enabled: bool = True
-    signal_port: int = 0
-
-    @classmethod
-    def from_conf(cls, get: Callable[[str], str | None]) -> "EarlyTriggerSettings":
-        """Settings from a lookup of configuration keys (None = not set); a bad value
-        raises ValueError naming the key and the value."""
-        enabled = get(ENABLED)
-        if enabled is None:
-            enabled = "true"
-        if str(enabled).strip().lower() not in _BOOLEANS:
-            raise ValueError(f"{ENABLED} must be true or false, got {enabled!r}")
-        port = get(SIGNAL_PORT)
-        port_number = 0 if port is None else parse_int(SIGNAL_PORT, port, 0)
-        if port_number > 65535:
-            raise ValueError(f"{SIGNAL_PORT} must be a port number in 0..65535, got {port!r}")
-        return cls(enabled=_BOOLEANS[str(enabled).strip().lower()], signal_port=port_number)
 
 
 @dataclass(frozen=True)
@@ -110,12 +82,12 @@ class EarlyTriggerGovernor:
     """Decides, per query and batch, whether the next batch starts early (module docstring).
     Thread-safe: signals and reports may arrive on different threads."""
 
-    def __init__(self, settings: EarlyTriggerSettings, shim: Shim, keep_batches: int = 1000) -> None:
-        self.settings = settings
+    def __init__(self, enabled: bool, shim: Shim, keep_batches: int = 1000) -> None:
+        self.enabled = enabled
         self.shim = shim
-        self.active = settings.enabled and shim.status.available
-        if not settings.enabled:
-            log.info("spark_statestore early triggers are off: %s=false", ENABLED)
+        self.active = enabled and shim.status.available
+        if not enabled:
+            log.info("spark_statestore early triggers are off: %s=false", EARLY_TRIGGER_ENABLED)
         elif not shim.status.available:
             log.warning(
                 "spark_statestore early triggers are off: %s. Batches that pass "

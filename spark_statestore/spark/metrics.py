@@ -9,7 +9,6 @@ report twice - and keeps a per-batch summary for `recent()`, logged to the drive
 
 from __future__ import annotations
 
-import atexit
 import collections
 import logging
 import threading
@@ -19,6 +18,7 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from spark_statestore.spark import compat
+from spark_statestore.spark.governor import BatchReport
 
 log = logging.getLogger("spark_statestore.spark")
 
@@ -65,9 +65,12 @@ def summarize(records: list[dict]) -> dict:
 
 
 class StateStoreMetrics:
-    """Driver-side collector: `recent()` per batch, `tasks()` per partition."""
+    """Driver-side collector: `recent()` per batch, `tasks()` per partition. With a
+    `governor`, every batch's task peaks of uncommitted bytes are reported to it (the
+    end-of-batch crossing of the early trigger) and its decision joins the batch's row
+    (`early_triggers`, `early_trigger_reason`)."""
 
-    def __init__(self, spark: Any, keep_batches: int = 1000) -> None:
+    def __init__(self, spark: Any, keep_batches: int = 1000, governor: Any = None) -> None:
         self.accumulator = spark.sparkContext.accumulator([], TaskRecordsParam())
         self._lock = threading.Lock()
         self._tasks: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
@@ -78,10 +81,8 @@ class StateStoreMetrics:
         self.spark = spark
         self._late: dict[tuple, int] = {}
         self._stopped = False
+        self._governor = governor
         spark.streams.addListener(self._listener)
-        # before pyspark's own exit handler stops the JVM: a listener left registered makes
-        # the JVM call back into a Python that is gone
-        atexit.register(self.stop)
 
     def drain(self) -> list[dict]:
         """Move new task records into the per-batch tables; returns the batches updated."""
@@ -105,6 +106,7 @@ class StateStoreMetrics:
                 records = [r for k, r in self._tasks.items() if k[:2] == batch_key]
                 summary = summarize(records)
                 summary["rows_dropped_by_watermark"] = self._late.get((str(batch_key[0]), batch_key[1]), 0)
+                summary.update(self._early_trigger(batch_key, records))
                 self._batches[batch_key] = summary
                 summaries.append(summary)
             while len(self._batches) > self._keep:
@@ -113,6 +115,17 @@ class StateStoreMetrics:
                     del self._tasks[key]
                 self._late.pop((str(old[0]), old[1]), None)
         return summaries
+
+    def _early_trigger(self, batch_key: tuple, records: list[dict]) -> dict:
+        """Report the batch's peaks to the governor; its decision for the batch."""
+        governor = self._governor
+        query_id, batch_id = batch_key
+        if governor is None or query_id is None:
+            return {"early_triggers": 0, "early_trigger_reason": None}
+        limit = max(int(r.get("uncommitted_limit", -1)) for r in records)
+        peaks = {int(r["partition"]): int(r.get("uncommitted_bytes_peak", 0)) for r in records}
+        governor.on_batch_end(BatchReport(str(query_id), int(batch_id), peaks, limit))
+        return governor.batch_metrics(str(query_id), int(batch_id))
 
     def _report(self, summaries: list[dict]) -> None:
         for s in summaries:
@@ -125,6 +138,8 @@ class StateStoreMetrics:
                 f"late_rows={s.get('rows_dropped_by_watermark', 0)} "
                 f"open={s['open_seconds']:.3f}s prepare={s['prepare_seconds']:.3f}s restored={s['restored']}"
             )
+            if s.get("early_triggers"):
+                message += f" early_trigger=1 ({s['early_trigger_reason']})"
             self._logger(message)
 
     def recent(self, batches: int = 20) -> Any:

@@ -4,12 +4,12 @@
 that the state can be written under the checkpoint location, records the state's layout
 there (stores, serdes, partition count: a query cannot come back with other ones), and
 returns the `OperatorConfig` that travels to the tasks inside the pickled function or
-processor, with the session's metrics collector.
+processor (with where tasks signal the early-trigger governor), and the session's metrics
+collector.
 """
 
 from __future__ import annotations
 
-import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -19,7 +19,9 @@ from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.layout import Layout, record_query_layout
 from spark_statestore.spark.declarations import Declaration, KeyValue, Window
 from spark_statestore.spark.metrics import StateStoreMetrics
+from spark_statestore.spark.session import session_services
 from spark_statestore.spark.settings import StateStoreSettings
+from spark_statestore.spark.signals import SignalTarget
 from spark_statestore.validation import check_int, describe
 
 
@@ -34,6 +36,7 @@ class OperatorConfig:
     accumulator: Any = None
     operator: str = "transformWithStateInPandas"
     partitions: int | None = None
+    signal_target: SignalTarget | None = None  # where tasks send in-flight crossings
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.declarations]
@@ -97,24 +100,15 @@ def build_operator(
     check_checkpoint_location(checkpoint_location)
     if partitions is not None:
         partitions = check_int(partitions, "partitions", 1)
-    metrics = metrics_for(spark)
-    config = OperatorConfig(checkpoint_location, declarations, settings, metrics.accumulator, operator, partitions)
+    services = session_services(spark, settings)
+    config = OperatorConfig(
+        checkpoint_location,
+        declarations,
+        settings,
+        services.metrics.accumulator,
+        operator,
+        partitions,
+        services.signal_target,
+    )
     record_query_layout(checkpoint_location, config.layout)
-    return config, metrics
-
-
-_collectors_lock = threading.Lock()
-_collectors: list[StateStoreMetrics] = []
-
-
-def metrics_for(spark: Any) -> StateStoreMetrics:
-    """The driver's metrics collector of a SparkSession (one per session; collectors of
-    sessions that stopped are forgotten)."""
-    with _collectors_lock:
-        _collectors[:] = [c for c in _collectors if not c.stopped]
-        for collector in _collectors:
-            if collector.spark is spark:
-                return collector
-        collector = StateStoreMetrics(spark)
-        _collectors.append(collector)
-        return collector
+    return config, services.metrics

@@ -25,6 +25,9 @@ MIN_BATCHES_TO_RETAIN = "spark.statestore.minBatchesToRetain"
 LOCAL_DIR = "spark.statestore.localDir"
 LOCK_TIMEOUT = "spark.statestore.lockTimeout"
 ROCKSDB_MEMORY_BYTES = "spark.statestore.rocksdb.memoryBytes"
+EARLY_TRIGGER_ENABLED = "spark.statestore.earlyTrigger.enabled"
+SIGNAL_PORT = "spark.statestore.earlyTrigger.signalPort"
+_BOOLEANS = {"true": True, "false": False}
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
 _SIZE = re.compile(r"^\s*(-?\d+)\s*([a-zA-Z]*)\s*$")
@@ -50,6 +53,20 @@ def parse_int(key: str, value: str, minimum: int) -> int:
     if number < minimum:
         raise ValueError(f"{key} must be at least {minimum}, got {value!r}")
     return number
+
+
+def parse_bool(key: str, value: str) -> bool:
+    found = _BOOLEANS.get(str(value).strip().lower())
+    if found is None:
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return found
+
+
+def parse_port(key: str, value: str) -> int:
+    port = parse_int(key, value, 0)
+    if port > 65535:
+        raise ValueError(f"{key} must be a port number in 0..65535, got {value!r}")
+    return port
 
 
 def parse_isolation(key: str, value: str) -> IsolationLevel:
@@ -90,6 +107,8 @@ SETTINGS = (
     Setting(LOCAL_DIR, "local_dir", None, parse_local_dir),
     Setting(LOCK_TIMEOUT, "lock_timeout", "120", lambda k, v: float(parse_int(k, v, 0))),
     Setting(ROCKSDB_MEMORY_BYTES, "rocksdb_memory_bytes", "268435456", lambda k, v: parse_bytes(k, v, 1 << 20)),
+    Setting(EARLY_TRIGGER_ENABLED, "early_trigger_enabled", "true", parse_bool),
+    Setting(SIGNAL_PORT, "signal_port", "0", parse_port),
 )
 DEFAULTS = {s.key: s.default for s in SETTINGS if s.default is not None}
 
@@ -107,6 +126,8 @@ class StateStoreSettings:
     local_dir: str | None
     lock_timeout: float
     rocksdb_memory_bytes: int
+    early_trigger_enabled: bool
+    signal_port: int
     task_slots: int = 1
 
     @classmethod

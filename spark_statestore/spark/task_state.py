@@ -18,6 +18,7 @@ from spark_statestore.partition.state import PartitionState
 from spark_statestore.spark import compat
 from spark_statestore.spark.operator import OperatorConfig
 from spark_statestore.spark.runtime import WorkerRuntime, worker_runtime
+from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
 from spark_statestore.spark.task import TaskInfo
 from spark_statestore.stores.api import WindowStore
 from spark_statestore.stores.window_spec import Clock
@@ -73,8 +74,17 @@ class TaskState:
         partition.open(self.task.batch_id)
         self.partition = partition
         runtime.opened(self)
+        target, limit = self.config.signal_target, settings.uncommitted_max_bytes
+        if target is not None and limit >= 0:
+            partition.watch_uncommitted(limit, lambda total: self._signal_crossing(target, total, limit))
         self._typed = {d.name: d.typed(partition.store(d.name)) for d in self.config.declarations}
         return self
+
+    def _signal_crossing(self, target: SignalTarget, total: int, limit: int) -> None:
+        """Tell the driver, during the batch, that this task passed the uncommitted limit
+        (fire and forget: a lost or refused datagram costs nothing but an early trigger)."""
+        task = self.task
+        send(target, CrossingSignal(task.query_id or "", task.batch_id, task.partition, task.attempt, total, limit))
 
     def _open_partition(self) -> PartitionState:
         if self.partition is None:
@@ -172,6 +182,7 @@ class TaskState:
             "rows_written": metrics["changelog_records"],
             "changelog_bytes": metrics["changelog_bytes"],
             "uncommitted_bytes_peak": metrics["uncommitted_bytes_peak"],
+            "uncommitted_limit": self.config.settings.uncommitted_max_bytes,
             "spills": metrics["spills"],
             "cache_hits": delta("hits"),
             "cache_misses": delta("misses"),

@@ -286,6 +286,19 @@ class WindowStore(StateStore, ABC):
         except Exception as e:
             raise storage_error(e) from None
 
+    def get_all(self, keys: list[bytes], window_starts: list[int]) -> list[bytes | None]:
+        """The values of many (key, window start) pairs, in the order given."""
+        if len(keys) != len(window_starts):
+            raise ValueError(f"keys and window_starts must have the same length, got {len(keys)} and {len(window_starts)}")
+        get = self.get
+        return [get(key, start) for key, start in zip(keys, window_starts)]
+
+    def put_all(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
+        """Put every `(key, value, window_start)` record, in order."""
+        put = self.put
+        for key, value, start in records:
+            put(key, value, start)
+
     def advance_stream_time(self, time: int) -> None:
         """Observe stream time `time` without a record, as a put at `time` would (expiring
         what falls out of the retention period). Earlier times change nothing."""
@@ -354,7 +367,10 @@ class WindowStore(StateStore, ABC):
             raise self._closed()
         key = check_key(key)
         time_from, time_to = check_time_range(time_from, time_to)
-        return self._iterator(self._read_key(key, self._live_from(time_from), time_to, reverse))
+        lo = self._live_from(time_from)
+        if lo > time_to:  # every window in the range expired
+            return StoreIterator(iter(()))
+        return self._iterator(self._read_key(key, lo, time_to, reverse))
 
     def _fetch_range(
         self,
@@ -373,6 +389,8 @@ class WindowStore(StateStore, ABC):
         if key_range_is_empty(key_from, key_to, method):
             return StoreIterator(iter(()))
         lo = self._live_from(time_from)
+        if lo > time_to:  # every window in the range expired
+            return StoreIterator(iter(()))
         return self._iterator(self._read_range(key_from, key_to, lo, time_to, reverse))
 
     def _live_from(self, time_from: int) -> int:

@@ -27,7 +27,9 @@ from spark_statestore.serde import escape, unescape
 from spark_statestore.stores.api import Windowed, WindowStore, prefix_end, window_of
 from spark_statestore.stores.keyspace import KeySpace
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
+from spark_statestore.stores.rocksdb import storage_error
 from spark_statestore.stores.window_spec import WindowSpec
+from spark_statestore.validation import check_window_get
 
 _STREAM_TIME_KEY = b"\xff\x01stream_time"
 _SEQUENCE_KEY = b"\xff\x02sequence"
@@ -114,6 +116,22 @@ class RocksDBWindowStore(WindowStore):
         prefix = ws_bytes(window_start) + escape(key)
         found = self._ks.last(prefix, prefix_end(prefix))  # type: ignore[arg-type]
         return None if found is None else found[1]
+
+    def get_all(self, keys: list[bytes], window_starts: list[int]) -> list[bytes | None]:
+        """Many windows' values by one multi-get (the latest put, with duplicates)."""
+        if self.retain_duplicates:
+            return super().get_all(keys, window_starts)
+        if not self._open:
+            raise self._closed()
+        if len(keys) != len(window_starts):
+            raise ValueError(f"keys and window_starts must have the same length, got {len(keys)} and {len(window_starts)}")
+        checked = [check_window_get(k, s) for k, s in zip(keys, window_starts)]
+        try:
+            values = self._ks.get_many([ws_bytes(s) + k for k, s in checked]) if checked else []
+        except Exception as e:
+            raise storage_error(e) from None
+        expired_up_to = self.observed_stream_time - self.retention_period
+        return [None if s <= expired_up_to else v for v, (_, s) in zip(values, checked)]
 
     def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:
         return self._walk_key_backward(key, lo, hi) if reverse else self._walk_key(key, lo, hi)

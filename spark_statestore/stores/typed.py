@@ -12,21 +12,9 @@ import functools
 from typing import Any, Callable, Iterable, Iterator
 
 from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
+from spark_statestore.serde.values import as_list
 from spark_statestore.stores.api import KeyValueStore, Windowed, WindowStore
 from spark_statestore.stores.iterators import StoreIterator
-
-
-def as_list(values: Any) -> list:
-    """A Python list from a list, tuple, numpy array, pandas Series or pyarrow array."""
-    if isinstance(values, list):
-        return values
-    to_pylist = getattr(values, "to_pylist", None)
-    if to_pylist is not None:
-        return to_pylist()
-    tolist = getattr(values, "tolist", None)
-    if tolist is not None:
-        return tolist()
-    return list(values)
 
 
 def _decoded(source: StoreIterator, decode_item) -> StoreIterator:
@@ -67,6 +55,32 @@ class _Typed:
     def _encode_value(self, value: Any) -> bytes | None:
         return None if value is None else self._ev(value)
 
+    def _encode_keys(self, keys: Any) -> list[bytes]:
+        """A column of keys, encoded (without a Python call per key where the serde can)."""
+        serde = self.key_serde
+        if isinstance(serde, Serde) and serde.builtin and not isinstance(serde, (JsonSerde, PickleSerde)):
+            return serde.encode_many(keys, "key")
+        encode = self._ek
+        return [encode(k) for k in as_list(keys)]
+
+    def _encode_values(self, values: Any) -> list[bytes | None]:
+        """A column of values, encoded (`None` deletes)."""
+        values = values if isinstance(values, list) else as_list(values)
+        if None in values:
+            encode = self._encode_value
+            return [encode(v) for v in values]
+        serde = self.value_serde
+        if isinstance(serde, Serde):
+            return serde.encode_many(values)
+        return [self._ev(v) for v in values]
+
+    def _decode_values(self, raw: list[bytes | None]) -> list[Any]:
+        serde = self.value_serde
+        if isinstance(serde, Serde):
+            return serde.decode_many(raw)
+        dv = self._dv
+        return [None if v is None else dv(v) for v in raw]
+
     def _decode_value(self, raw: bytes | None) -> Any:
         return None if raw is None else self._dv(raw)
 
@@ -105,17 +119,16 @@ class TypedKeyValueStore(_Typed):
 
     def get_all(self, keys: Any) -> list[Any]:
         """The values of many keys (a list, numpy array, pandas Series or Arrow array)."""
-        ek, dv = self._ek, self._dv
-        raw = self.store.get_all([ek(k) for k in as_list(keys)])
-        return [None if v is None else dv(v) for v in raw]
+        return self._decode_values(self.store.get_all(self._encode_keys(keys)))
 
     def put_columns(self, keys: Any, values: Any) -> None:
         """`put_all` over two columns of equal length (lists, numpy, pandas or Arrow)."""
-        keys, values = as_list(keys), as_list(values)
-        if len(keys) != len(values):
-            raise ValueError(f"keys and values must have the same length, got {len(keys)} and {len(values)}")
-        ek, ev = self._ek, self._encode_value
-        self.store.put_all([(ek(k), ev(v)) for k, v in zip(keys, values, strict=True)])
+        encoded_keys, encoded_values = self._encode_keys(keys), self._encode_values(values)
+        if len(encoded_keys) != len(encoded_values):
+            raise ValueError(
+                f"keys and values must have the same length, got {len(encoded_keys)} and {len(encoded_values)}"
+            )
+        self.store.put_all(list(zip(encoded_keys, encoded_values)))
 
     def delete(self, key: Any) -> Any:
         return self._decode_value(self.store.delete(self._ek(key)))
@@ -156,6 +169,22 @@ class TypedWindowStore(_Typed):
 
     def get(self, key: Any, window_start: int) -> Any:
         return self._decode_value(self.store.get(self._ek(key), window_start))
+
+    def get_all(self, keys: Any, window_starts: Any) -> list[Any]:
+        """The values of many (key, window start) pairs, given as two columns."""
+        starts = as_list(window_starts)
+        return self._decode_values(self.store.get_all(self._encode_keys(keys), starts))
+
+    def put_columns(self, keys: Any, values: Any, window_starts: Any) -> None:
+        """`put` over three columns of equal length: keys, values and window starts."""
+        encoded_keys, encoded_values = self._encode_keys(keys), self._encode_values(values)
+        starts = as_list(window_starts)
+        if not len(encoded_keys) == len(encoded_values) == len(starts):
+            raise ValueError(
+                f"keys, values and window_starts must have the same length, got {len(encoded_keys)}, "
+                f"{len(encoded_values)} and {len(starts)}"
+            )
+        self.store.put_all(list(zip(encoded_keys, encoded_values, starts)))
 
     def _timed(self, item: tuple[int, bytes]) -> tuple[int, Any]:
         return item[0], self._dv(item[1])

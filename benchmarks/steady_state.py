@@ -1,0 +1,256 @@
+"""Steady-state throughput of stateful queries, in one run on one input (`spark_state.py --steady`).
+
+Every query reads the same parquet files, one micro-batch per file (`--rows-per-batch`
+rows each, `--keys` distinct keys, event time advancing 60 s per batch), on `local[2]`
+with `--partitions` shuffle partitions, into a noop sink. Rows/s is measured from Spark's
+own progress reports over the batches after the warm-up (`--warmup`): input rows divided
+by the batches' trigger execution time, so query start-up and the first batches'
+compilation do not count.
+
+  floor   mapInArrow identity over the input repartitioned by key: the most any
+          per-partition Python path can reach
+  kv      per-partition running count per key (mapInArrow, `partition_function`): one
+          `get_all` and one `put_columns` per Arrow batch; record cache on and off
+  window  per-partition count per key in 10 s tumbling windows (window stores), emitting
+          each window once when the stream time passed its end + 10 s; cache on and off
+  tws     the same two counts per key in transformWithStateInPandas with stores
+  sql     Spark SQL's window aggregation (10 s windows, 10 s watermark, append mode)
+  aipws   the running count in applyInPandasWithState's GroupState
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from pyspark import cloudpickle
+
+from spark_statestore import Serdes
+from spark_statestore.spark import KeyValue, StoreProcessor, Window, metrics_for, partition_function
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # shipped to the workers by value
+
+WINDOW_MS = 10_000
+DELAY_MS = 10_000
+COUNT_SCHEMA = "key string, count long"
+WINDOW_SCHEMA = "key string, window_start long, count long"
+KV_STORES = [KeyValue("counts", Serdes.string(), Serdes.int64())]
+WINDOW_STORES = [
+    Window("windows", WINDOW_MS + DELAY_MS, WINDOW_MS, key_serde=Serdes.string(), value_serde=Serdes.int64(), clock="records")
+]
+
+
+def generate(directory: str, batches: int, rows: int, keys: int, seed: int = 1) -> None:
+    """One parquet file per micro-batch; event time advances 60 s per batch."""
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    names = np.array([f"key-{i:07d}" for i in range(keys)], dtype=object)
+    for b in range(batches):
+        table = pa.table(
+            {
+                "key": pa.array(names[rng.integers(0, keys, rows)], pa.string()),
+                "ts": pa.array(b * 60_000 + rng.integers(0, 60_000, rows), pa.int64()),
+                "value": pa.array(rng.random(rows)),
+            }
+        )
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, os.path.join(directory, f"{b:05d}.parquet"))
+
+
+# -- per-partition functions (mapInArrow) ----------------------------------------------------
+
+
+def identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+
+
+def kv_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.RecordBatch]:
+    """Running count per key: one get_all and one put_columns per Arrow batch; yields the
+    updated counts."""
+    counts = stores["counts"]
+    for batch in batches:
+        grouped = pa.Table.from_batches([batch]).group_by("key").aggregate([("key", "count")])
+        keys = grouped.column("key")
+        current = np.array([c or 0 for c in counts.get_all(keys)], dtype=np.int64)
+        updated = current + grouped.column("key_count").to_numpy()
+        counts.put_columns(keys, updated)
+        yield pa.RecordBatch.from_arrays([keys.combine_chunks(), pa.array(updated)], names=["key", "count"])
+
+
+def window_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.RecordBatch]:
+    """Counts per key and 10 s window; a window is emitted (and deleted) once the stream
+    time passed its end plus the delay."""
+    windows = stores["windows"]
+    for batch in batches:
+        ts = batch.column("ts").to_numpy()
+        table = pa.table({"key": batch.column("key"), "start": ts - ts % WINDOW_MS})
+        grouped = table.group_by(["key", "start"]).aggregate([("key", "count")])
+        keys, window_starts = grouped.column("key"), grouped.column("start")
+        current = np.array([c or 0 for c in windows.get_all(keys, window_starts)], dtype=np.int64)
+        windows.put_columns(keys, current + grouped.column("key_count").to_numpy(), window_starts)
+    closed_before = windows.observed_stream_time - DELAY_MS - WINDOW_MS + 1
+    if closed_before > 0:
+        done = list(windows.fetch_all(0, closed_before - 1))
+        if done:
+            windows.put_columns([w.key for w, _ in done], [None] * len(done), [w.window.start for w, _ in done])
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "key": [w.key for w, _ in done],
+                    "window_start": [w.window.start for w, _ in done],
+                    "count": [c for _, c in done],
+                }
+            )
+
+
+# -- transformWithStateInPandas and applyInPandasWithState -------------------------------------
+
+
+class TwsCounts(StoreProcessor):
+    """Running count per key in a key-value store."""
+
+    stores = KV_STORES
+
+    def process_rows(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[pd.DataFrame]:
+        counts = self.store("counts")
+        total = (counts.get(key[0]) or 0) + sum(len(frame) for frame in rows)
+        counts.put(key[0], total)
+        yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+
+def aipws_counts(key: tuple, frames: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+    total = (state.get[0] if state.exists else 0) + sum(len(frame) for frame in frames)
+    state.update((total,))
+    yield pd.DataFrame({"key": [key[0]], "count": [total]})
+
+
+# -- running and measuring ---------------------------------------------------------------------
+
+
+def steady_rate(query: Any, warmup: int) -> tuple[float, int]:
+    """Input rows per second of trigger execution over the batches after the warm-up."""
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    measured = progress[warmup:]
+    if not measured:
+        raise RuntimeError("no batch after the warm-up: give more batches")
+    rows = sum(p["numInputRows"] for p in measured)
+    seconds = sum(p["durationMs"]["triggerExecution"] for p in measured) / 1000
+    return rows / seconds, len(measured)
+
+
+def run_query(frame: Any, checkpoint: str, mode: str) -> Any:
+    query = (
+        frame.writeStream.format("noop").outputMode(mode).option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True).start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"query failed: {query.exception()}")
+    return query
+
+
+def main(args: Any, spark_builder: Any) -> None:
+    from pyspark.sql import functions as F
+
+    workdir = os.path.abspath(args.workdir) if args.workdir else None
+    import tempfile
+
+    workdir = workdir or tempfile.mkdtemp(prefix="bench-steady-")
+    inputs = os.path.join(workdir, "input")
+    batches = args.warmup + args.batches
+    started = time.perf_counter()
+    if not os.path.isdir(inputs) or len(os.listdir(inputs)) != batches:
+        shutil.rmtree(inputs, ignore_errors=True)
+        generate(inputs, batches, args.rows_per_batch, args.keys)
+    print(f"input: {batches} files of {args.rows_per_batch:,} rows, {args.keys:,} keys "
+          f"({time.perf_counter() - started:.0f} s to generate)", flush=True)
+    spark = (
+        spark_builder.config("spark.sql.shuffle.partitions", str(args.partitions))
+        .config("spark.statestore.localDir", os.path.join(workdir, "local"))
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    schema = "key string, ts long, value double"
+    p = args.partitions
+
+    def events() -> Any:
+        return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(inputs)
+
+    def with_cache(on: bool, build: Any) -> Any:
+        spark.conf.set("spark.statestore.cache.maxBytes", str(args.cache_bytes) if on else "0")
+        try:
+            return build()
+        finally:
+            spark.conf.unset("spark.statestore.cache.maxBytes")
+
+    def kv(checkpoint: str, cache: bool) -> Any:
+        fn = with_cache(cache, lambda: partition_function(kv_counts, checkpoint, KV_STORES, partitions=p, emit_changes=False))
+        return events().repartition(p, "key").mapInArrow(fn, COUNT_SCHEMA)
+
+    def window(checkpoint: str, cache: bool) -> Any:
+        fn = with_cache(cache, lambda: partition_function(window_counts, checkpoint, WINDOW_STORES, partitions=p, emit_changes=False))
+        return events().repartition(p, "key").mapInArrow(fn, WINDOW_SCHEMA)
+
+    variants = [
+        ("floor: mapInArrow identity", "append", lambda c: events().repartition(p, "key").mapInArrow(identity, schema)),
+        ("kv per partition, cache on", "append", lambda c: kv(c, True)),
+        ("kv per partition, cache off", "append", lambda c: kv(c, False)),
+        ("window per partition, cache on", "append", lambda c: window(c, True)),
+        ("window per partition, cache off", "append", lambda c: window(c, False)),
+        ("kv in transformWithStateInPandas", "update",
+         lambda c: events().groupBy("key").transformWithStateInPandas(TwsCounts(c), COUNT_SCHEMA, "Update", "None")),
+        ("Spark SQL window aggregation", "append",
+         lambda c: events().withColumn("event_time", F.timestamp_millis("ts")).withWatermark("event_time", "10 seconds")
+         .groupBy(F.window("event_time", "10 seconds"), "key").count()),
+        ("applyInPandasWithState GroupState", "update",
+         lambda c: events().groupBy("key").applyInPandasWithState(aipws_counts, COUNT_SCHEMA, "count long", "Update", "NoTimeout")),
+    ]
+    only = set(args.only.split(",")) if args.only else None
+    results: dict[str, tuple[float, int]] = {}
+    task_times: dict[str, tuple[float, float]] = {}
+    metrics = metrics_for(spark)
+    for label, mode, build in variants:
+        if only and not any(word in label for word in only):
+            continue
+        checkpoint = os.path.join(workdir, "checkpoints", label.replace(" ", "_").replace(":", ""))
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        query = run_query(build(checkpoint), checkpoint, mode)
+        results[label] = steady_rate(query, args.warmup)
+        tasks = metrics.tasks()
+        if not tasks.empty and "query_id" in tasks:
+            mine = tasks[(tasks["query_id"] == str(query.id)) & (tasks["batch_id"] >= args.warmup)]
+            if not mine.empty:
+                task_times[label] = (mine["open_seconds"].median(), mine["prepare_seconds"].median())
+        print(f"{label}: {results[label][0]:,.0f} rows/s over {results[label][1]} batches", flush=True)
+    spark.stop()
+    if not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return_rows(results, task_times, args)
+
+
+def return_rows(results: dict, task_times: dict, args: Any) -> None:
+    from common import print_table
+
+    floor = results.get("floor: mapInArrow identity", (float("nan"), 0))[0]
+    table = []
+    for label, (rate, _) in results.items():
+        opened, prepared = task_times.get(label, (float("nan"), float("nan")))
+        table.append([label, rate, rate / floor, opened * 1000, prepared * 1000])
+    print(f"\n{args.rows_per_batch:,} rows per batch, {args.keys:,} keys, {args.batches} batches after "
+          f"{args.warmup} warm-up, local[2], {args.partitions} partitions")
+    print_table(["query", "rows/s", "vs floor", "open ms (median)", "prepare ms (median)"], table)
+    sql = results.get("Spark SQL window aggregation", (float("nan"), 0))[0]
+    window = max(results.get("window per partition, cache on", (0, 0))[0], results.get("window per partition, cache off", (0, 0))[0])
+    print(f"headline: per-partition windowed count / Spark SQL windowed count rows per second = {window / sql:.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit("run benchmarks/spark_state.py --steady")

@@ -1,0 +1,100 @@
+"""What the driver keeps for each SparkSession that runs stateful operators.
+
+* the metrics collector (`StateStoreMetrics`: task records per batch, `recent()`);
+* the early trigger: the JVM shim activated in the driver (`SessionShim`), the governor
+  that decides which query's next batch starts early, and the signal server that tasks
+  send in-flight crossings to (its address and secret travel in the operator config).
+
+`session_services(spark)` makes them once per session, on the driver, when the first
+operator is built; a session that stopped is forgotten (and its server closed).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from typing import Any
+
+from spark_statestore.spark.governor import EarlyTriggerGovernor
+from spark_statestore.spark.jvm import QueryTrigger, SessionShim, ShimStatus
+from spark_statestore.spark.metrics import StateStoreMetrics
+from spark_statestore.spark.settings import EARLY_TRIGGER_ENABLED, StateStoreSettings
+from spark_statestore.spark.signals import SignalServer, SignalTarget, driver_addresses
+
+log = logging.getLogger("spark_statestore.spark")
+
+
+class _NoShim:
+    """The shim of a session whose early triggers are switched off (nothing is loaded)."""
+
+    status = ShimStatus(False, f"{EARLY_TRIGGER_ENABLED}=false")
+
+    def wake(self, query_id: str) -> bool:
+        return False
+
+    def trigger(self, query_id: str) -> QueryTrigger | None:
+        return None
+
+
+class SessionServices:
+    """The metrics collector and the early trigger of one SparkSession (module docstring)."""
+
+    def __init__(self, spark: Any, settings: StateStoreSettings) -> None:
+        self.spark = spark
+        shim = SessionShim(spark) if settings.early_trigger_enabled else _NoShim()
+        self.governor = EarlyTriggerGovernor(settings.early_trigger_enabled, shim)
+        self.signals: SignalServer | None = None
+        if self.governor.active:
+            conf = spark.sparkContext.getConf()
+            bind, advertised = driver_addresses(lambda key: conf.get(key, None))
+            self.signals = SignalServer(self.governor.on_signal, bind, advertised, settings.signal_port)
+        self.metrics = StateStoreMetrics(spark, governor=self.governor)
+
+    @property
+    def signal_target(self) -> SignalTarget | None:
+        """Where tasks send in-flight crossings (None: early triggers are off)."""
+        return None if self.signals is None else self.signals.target
+
+    @property
+    def stopped(self) -> bool:
+        return self.metrics.stopped
+
+    def stop(self) -> None:
+        """Stop listening and receiving (the collected metrics stay readable)."""
+        self.metrics.stop()
+        if self.signals is not None:
+            self.signals.close()
+
+
+_lock = threading.Lock()
+_services: list[SessionServices] = []
+
+
+def session_services(spark: Any, settings: StateStoreSettings | None = None) -> SessionServices:
+    """The services of a SparkSession (made once per session; those of sessions that
+    stopped are closed and forgotten)."""
+    with _lock:
+        for stale in [s for s in _services if s.stopped]:
+            stale.stop()
+            _services.remove(stale)
+        for services in _services:
+            if services.spark is spark:
+                return services
+        services = SessionServices(spark, settings or StateStoreSettings.from_spark(spark))
+        _services.append(services)
+        return services
+
+
+def metrics_for(spark: Any) -> StateStoreMetrics:
+    """The driver's metrics collector of a SparkSession (one per session)."""
+    return session_services(spark).metrics
+
+
+@atexit.register
+def _stop_all() -> None:
+    # before pyspark's own exit handler stops the JVM: a listener left registered makes the
+    # JVM call back into a Python that is gone
+    with _lock:
+        for services in _services:
+            services.stop()
