@@ -513,3 +513,19 @@ def test_without_a_jar_the_status_says_why_and_queries_run_normally(drivers):
     assert result["batches"] == [0, 1]  # a short interval: batches run on their own schedule
     assert len(result["warnings"]) == 1 and "early triggers are off" in result["warnings"][0]
     assert result["status"]["reason"] in result["warnings"][0]
+
+
+def test_a_run_of_early_batches_goes_on_while_a_whole_interval_would_cross():
+    """After an early batch, a batch under the limit still keeps the next one early when its
+    input came so fast that a whole interval of it would cross; slower input ends the run."""
+    shim = RecordingShim()  # interval 60 s
+    governor = EarlyTriggerGovernor(True, shim)
+    assert governor.on_batch_end(BatchReport("q1", 1, {0: LIMIT + 1}, LIMIT, 60_000))  # crossing: early
+    # batch 2 started at once: 6 s of input, a tenth of the limit -> a whole minute would cross
+    assert governor.on_batch_end(BatchReport("q1", 2, {0: LIMIT // 5}, LIMIT, 6_000))
+    assert "over a whole trigger interval" in governor.batch_metrics("q1", 2)["early_trigger_reason"]
+    # the burst is over: a whole minute of this input stays under the limit
+    assert not governor.on_batch_end(BatchReport("q1", 3, {0: LIMIT // 50}, LIMIT, 6_000))
+    # and without a preceding early batch, a small batch never projects
+    assert not governor.on_batch_end(BatchReport("q1", 4, {0: LIMIT // 5}, LIMIT, 6_000))
+    assert shim.woken == ["q1", "q1"]

@@ -39,12 +39,15 @@ log = logging.getLogger("spark_statestore.spark.governor")
 
 @dataclass(frozen=True)
 class BatchReport:
-    """The end of a micro-batch: each task's peak uncommitted bytes by partition."""
+    """The end of a micro-batch: each task's peak uncommitted bytes by partition, and how
+    long the batch's input had accumulated (from the previous batch's start to its own;
+    None when unknown)."""
 
     query_id: str
     batch_id: int
     peaks: Mapping[int, int]
     limit: int
+    accumulated_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,11 @@ class EarlyTrigger:
 
     @property
     def reason(self) -> str:
+        if self.source == "projected":
+            return (
+                f"partition {self.partition} would reach {self.uncommitted_bytes} uncommitted bytes > limit "
+                f"{self.limit} over a whole trigger interval (projected from an early batch)"
+            )
         return (
             f"partition {self.partition} had {self.uncommitted_bytes} uncommitted bytes > limit {self.limit} "
             f"({self.source.replace('_', ' ')})"
@@ -106,11 +114,33 @@ class EarlyTriggerGovernor:
         )
 
     def on_batch_end(self, report: BatchReport) -> bool:
-        """A batch ended; its largest task peak decides. True if this woke the query."""
+        """A batch ended; its largest task peak decides. True if this woke the query.
+
+        A batch that itself stayed under the limit still keeps the next one early while
+        the previous batch was started early and the input keeps coming as fast: its peak,
+        scaled from the time its input accumulated to a whole trigger interval, would
+        cross (so a burst is drained in small batches instead of waiting out an interval
+        that fills a large one)."""
         if not report.peaks:
             return False
         partition, peak = max(report.peaks.items(), key=lambda item: (item[1], -item[0]))
-        return self._crossing(report.query_id, report.batch_id, "end_of_batch", partition, peak, report.limit)
+        if self._crossing(report.query_id, report.batch_id, "end_of_batch", partition, peak, report.limit):
+            return True
+        projected = self._projected(report, peak)
+        if projected is None:
+            return False
+        return self._crossing(report.query_id, report.batch_id, "projected", partition, projected, report.limit)
+
+    def _projected(self, report: BatchReport, peak: int) -> int | None:
+        """The peak a whole interval of input would give, while in a run of early batches."""
+        with self._lock:
+            previous = self._decided.get((report.query_id, report.batch_id - 1))
+        if previous is None or not previous.woken or not report.accumulated_ms or report.accumulated_ms <= 0:
+            return None
+        trigger = self.shim.trigger(report.query_id)
+        if trigger is None or not trigger.wakeable or trigger.interval_ms <= report.accumulated_ms:
+            return None
+        return peak * trigger.interval_ms // report.accumulated_ms
 
     def early_triggers(self, query_id: str | None = None) -> list[EarlyTrigger]:
         """The early triggers kept (the latest `keep_batches` decisions), oldest first."""

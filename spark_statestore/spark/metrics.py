@@ -10,6 +10,7 @@ report twice - and keeps a per-batch summary for `recent()`, logged to the drive
 from __future__ import annotations
 
 import collections
+import datetime
 import logging
 import threading
 from typing import Any
@@ -80,6 +81,7 @@ class StateStoreMetrics:
         self._listener = _Listener(self)
         self.spark = spark
         self._late: dict[tuple, int] = {}
+        self._starts: dict[tuple, int] = {}  # batch start times (epoch ms) from Spark's progress
         self._stopped = False
         self._governor = governor
         spark.streams.addListener(self._listener)
@@ -114,6 +116,7 @@ class StateStoreMetrics:
                 for key in [k for k in self._tasks if k[:2] == old]:
                     del self._tasks[key]
                 self._late.pop((str(old[0]), old[1]), None)
+                self._starts.pop((str(old[0]), old[1]), None)
         return summaries
 
     def _early_trigger(self, batch_key: tuple, records: list[dict]) -> dict:
@@ -124,7 +127,10 @@ class StateStoreMetrics:
             return {"early_triggers": 0, "early_trigger_reason": None}
         limit = max(int(r.get("uncommitted_limit", -1)) for r in records)
         peaks = {int(r["partition"]): int(r.get("uncommitted_bytes_peak", 0)) for r in records}
-        governor.on_batch_end(BatchReport(str(query_id), int(batch_id), peaks, limit))
+        starts = self._starts
+        start, previous = starts.get((str(query_id), batch_id)), starts.get((str(query_id), batch_id - 1))
+        accumulated = None if start is None or previous is None else start - previous
+        governor.on_batch_end(BatchReport(str(query_id), int(batch_id), peaks, limit, accumulated))
         return governor.batch_metrics(str(query_id), int(batch_id))
 
     def _report(self, summaries: list[dict]) -> None:
@@ -160,11 +166,14 @@ class StateStoreMetrics:
             return pd.DataFrame(list(self._tasks.values()))
 
     def record_progress(self, progress: Any) -> None:
-        """Keep Spark's count of input rows it dropped as late (behind the watermark)."""
+        """Keep Spark's count of input rows it dropped as late (behind the watermark), and
+        when the batch started."""
         late = sum(int(op.numRowsDroppedByWatermark or 0) for op in (progress.stateOperators or []))
         key = (str(progress.id), int(progress.batchId))
+        started = datetime.datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00"))
         with self._lock:
             self._late[key] = late
+            self._starts[key] = int(started.timestamp() * 1000)
             summary = self._batches.get((key[0], key[1]))
             if summary is not None:
                 summary["rows_dropped_by_watermark"] = late
