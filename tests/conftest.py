@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import uuid
 
+import boto3
 import pytest
 
 from spark_statestore import Stores
@@ -99,3 +101,29 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """An S3-compatible server (moto) on loopback, for the whole run."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    yield f"{host}:{port}"
+    server.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def bucket(s3_endpoint):
+    name = f"ckpt-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").create_bucket(Bucket=name)
+    return name

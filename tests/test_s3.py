@@ -3,40 +3,15 @@
 from __future__ import annotations
 
 import os
-import uuid
 
 import boto3
 import pyarrow.fs as pafs
 import pytest
-from moto.server import ThreadedMotoServer
 
 import partition_workload as wl
 from spark_statestore import MissingStateError
 from spark_statestore.partition import PartitionState, StoreSpec
 from spark_statestore.checkpoint.snapshots import snapshot_versions
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
-    yield f"{host}:{port}"
-    server.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
-@pytest.fixture
-def bucket(s3_endpoint):
-    name = f"ckpt-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").create_bucket(Bucket=name)
-    return name
 
 
 def location(s3_endpoint, bucket):

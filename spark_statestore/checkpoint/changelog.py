@@ -128,20 +128,26 @@ def _header_length(prefix: bytes, where: str) -> int:
     return header_len
 
 
-def parse_trailer_id(tail: bytes, where: str) -> int:
-    """The id of a changelog from its last `TRAILER_BYTES` bytes (not verified)."""
+def parse_trailer(tail: bytes, where: str) -> tuple[int, int]:
+    """The record count and the id of a changelog from its last `TRAILER_BYTES` bytes (not
+    verified)."""
     if len(tail) != _END.size:
         raise CorruptStateError(f"{where} is truncated ({len(tail)} trailer bytes)")
-    trailer, _, ident, _ = _END.unpack(tail)
+    trailer, count, ident, _ = _END.unpack(tail)
     if trailer != TRAILER:
         raise CorruptStateError(f"{where} has no trailer; it is truncated or not a changelog")
-    return ident
+    return count, ident
 
 
 def durable_changelog_id(durable: DurableDir, name: str, version: int, size: int | None = None) -> int:
     """The id of the durable changelog `name`, from its trailer alone (`size`: as listed;
     if the file was replaced since, it is looked up again). `FileNotFoundError` if it is
     gone; `CorruptStateError` if it has no valid trailer."""
+    return durable_changelog_trailer(durable, name, version, size)[1]
+
+
+def durable_changelog_trailer(durable: DurableDir, name: str, version: int, size: int | None = None) -> tuple[int, int]:
+    """The record count and the id of the durable changelog `name` (see `durable_changelog_id`)."""
     where = f"changelog {durable.uri(name)} (version {version})"
     for attempt in range(2):
         if size is None or attempt:
@@ -150,7 +156,7 @@ def durable_changelog_id(durable: DurableDir, name: str, version: int, size: int
             error = CorruptStateError(f"{where} is truncated ({size} bytes)")
             continue
         try:
-            return parse_trailer_id(durable.read_range(name, size - _END.size, _END.size), where)
+            return parse_trailer(durable.read_range(name, size - _END.size, _END.size), where)
         except CorruptStateError as e:
             error = e
     raise error

@@ -8,6 +8,7 @@ from spark_statestore.spark.partitions import changes_schema, partition_function
 from spark_statestore.spark.metrics import StateStoreMetrics
 from spark_statestore.spark.session import metrics_for
 from spark_statestore.spark.processor import StoreProcessor
+from spark_statestore.spark.reader import register_reader
 from spark_statestore.spark.settings import StateStoreSettings
 from spark_statestore.spark.task_state import TaskState
 
@@ -23,5 +24,6 @@ __all__ = [
     "epoch_millis",
     "metrics_for",
     "partition_function",
+    "register_reader",
     "with_stores",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 from spark_statestore.spark.governor import EarlyTriggerGovernor
 from spark_statestore.spark.jvm import QueryTrigger, SessionShim, ShimStatus
 from spark_statestore.spark.metrics import StateStoreMetrics
+from spark_statestore.spark.reader import register_reader
 from spark_statestore.spark.settings import EARLY_TRIGGER_ENABLED, StateStoreSettings
 from spark_statestore.spark.signals import SignalServer, SignalTarget, driver_addresses
 
@@ -50,7 +51,7 @@ class SessionServices:
             bind, advertised = driver_addresses(lambda key: conf.get(key, None))
             self.signals = SignalServer(self.governor.on_signal, bind, advertised, settings.signal_port)
         self.metrics = StateStoreMetrics(spark, governor=self.governor)
-
+        register_reader(spark)  # the state of the operators built here can be read back
     @property
     def signal_target(self) -> SignalTarget | None:
         """Where tasks send in-flight crossings (None: early triggers are off)."""

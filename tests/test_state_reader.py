@@ -1,0 +1,240 @@
+"""Reading a query's state from outside the query (`format("spark_statestore")`): records at
+the committed version, time travel, the change feed, isolation levels while a batch is
+held open, window stores, the metadata view, the stream of committed changes, S3, and
+errors that name what is wrong."""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import threading
+import time
+
+import pandas as pd
+import pytest
+from pyspark import cloudpickle
+
+from spark_statestore import Serdes
+from spark_statestore.spark import KeyValue, Window, partition_function, register_reader
+
+pytestmark = pytest.mark.spark
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests
+TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
+WINDOWS = [Window("counts", 100_000, 10_000, key_serde=Serdes.string(), value_serde=Serdes.int64(), clock="records")]
+BATCHES = [["a", "b", "a"], ["b", "c"], ["a", "d", "d", "d"]]
+
+
+def totals_fn(batches, stores):
+    totals, windows = stores["totals"], stores["counts"]
+    for batch in batches:
+        keys = batch.column("key").to_pylist()
+        for key, ts in zip(keys, batch.column("ts").to_pylist(), strict=True):
+            totals.put(key, (totals.get(key) or 0) + 1)
+            start = ts - ts % 10_000
+            windows.put(key, (windows.get(key, start) or 0) + 1, start)
+    return iter(())
+
+
+def _write_batch(inputs: str, n: int, keys: list[str]) -> None:
+    os.makedirs(inputs, exist_ok=True)
+    frame = pd.DataFrame({"key": keys, "ts": [n * 10_000 + i for i in range(len(keys))]})
+    temp = os.path.join(inputs, f".{n}.tmp")
+    frame.to_json(temp, orient="records", lines=True)
+    os.utime(temp, (1_000_000 + n, 1_000_000 + n))  # the file source takes files by modification time
+    os.replace(temp, os.path.join(inputs, f"{n:03d}.json"))
+
+
+def _run(spark, job: str, batches: list[list[str]], sink=None, wait: bool = True):
+    inputs, checkpoint = os.path.join(job, "input"), os.path.join(job, "checkpoint")
+    for n, keys in enumerate(batches):
+        _write_batch(inputs, n, keys)
+    fn = partition_function(totals_fn, checkpoint, TOTALS + WINDOWS, partitions=2, emit_changes=False)
+    events = spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
+    writer = events.repartition(2, "key").mapInArrow(fn, "key string").writeStream.option("checkpointLocation", checkpoint)
+    writer = writer.foreachBatch(sink) if sink is not None else writer.format("noop")
+    query = writer.trigger(availableNow=True).start()
+    if wait:
+        query.awaitTermination()
+        assert query.exception() is None
+    return checkpoint, query
+
+
+def _totals_after(batches: list[list[str]]) -> dict:
+    return dict(collections.Counter(k for batch in batches for k in batch))
+
+
+@pytest.fixture
+def job(spark, tmp_path):
+    spark.conf.set("spark.statestore.localDir", str(tmp_path / "local"))
+    register_reader(spark)
+    yield str(tmp_path / "job")
+    spark.conf.unset("spark.statestore.localDir")
+
+
+def _read(spark, checkpoint, **options):
+    reader = spark.read.format("spark_statestore").option("checkpointLocation", checkpoint)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load().toPandas()
+
+
+def test_records_time_travel_and_the_change_feed(spark, job):
+    checkpoint, _ = _run(spark, job, BATCHES)
+    state = _read(spark, checkpoint, store="totals")
+    assert dict(zip(state["key"], state["value"], strict=True)) == _totals_after(BATCHES)
+    assert set(state["partition"]) <= {0, 1} and state["value"].dtype.kind == "i"
+    before = _read(spark, checkpoint, store="totals", batchId=0)
+    assert dict(zip(before["key"], before["value"], strict=True)) == _totals_after(BATCHES[:1])
+    feed = _read(spark, checkpoint, store="totals", readChangeFeed="true", changeStartBatchId=1)
+    got = sorted(zip(feed["batch_id"], feed["change"], feed["key"], feed["value"]))
+    expected = sorted(
+        (n, "put", key, _totals_after(BATCHES[: n + 1])[key]) for n in (1, 2) for key in set(BATCHES[n])
+    )
+    assert got == expected
+
+
+def test_window_stores_have_window_columns(spark, job):
+    checkpoint, _ = _run(spark, job, BATCHES)
+    windows = _read(spark, checkpoint, store="counts")
+    expected = collections.Counter((k, n * 10_000) for n, batch in enumerate(BATCHES) for k in batch)
+    got = {(k, s): c for k, s, c in zip(windows["key"], windows["window_start"], windows["value"], strict=True)}
+    assert got == dict(expected)
+    assert (windows["window_end"] - windows["window_start"] == 10_000).all()
+
+
+def test_metadata_view(spark, job):
+    checkpoint, _ = _run(spark, job, BATCHES)
+    meta = spark.read.format("spark_statestore_metadata").option("checkpointLocation", checkpoint).load().toPandas()
+    assert sorted(set(meta["store"])) == ["counts", "totals"] and sorted(set(meta["partition"])) == [0, 1]
+    row = meta[meta["store"] == "counts"].iloc[0]
+    assert (row["kind"], row["key_serde"], row["value_serde"], row["window_size"]) == ("window", "string", "int64", 10_000)
+    assert (meta["committed_batch"] == 2).all() and (meta["newest_changelog"] == 2).all()
+    assert (meta["durable_bytes"] > 0).all()
+
+
+def test_isolation_levels_while_a_batch_is_held_open(spark, job):
+    release = threading.Event()
+    held = threading.Event()
+
+    def sink(frame, batch_id):  # the batch's tasks prepared; it commits when this returns
+        frame.count()  # runs the batch's tasks
+        if batch_id == 1:
+            held.set()
+            release.wait(120)
+
+    checkpoint, query = _run(spark, job, BATCHES[:2], sink=sink, wait=False)
+    try:
+        assert held.wait(120), "batch 1 never reached the sink"
+        committed = _read(spark, checkpoint, store="totals", isolationLevel="READ_COMMITTED")
+        uncommitted = _read(spark, checkpoint, store="totals", isolationLevel="READ_UNCOMMITTED")
+        assert dict(zip(committed["key"], committed["value"], strict=True)) == _totals_after(BATCHES[:1])
+        assert dict(zip(uncommitted["key"], uncommitted["value"], strict=True)) == _totals_after(BATCHES[:2])
+    finally:
+        release.set()
+        query.awaitTermination(120)
+    after = _read(spark, checkpoint, store="totals")
+    assert dict(zip(after["key"], after["value"], strict=True)) == _totals_after(BATCHES[:2])
+
+
+def test_a_stream_of_committed_changes_exactly_once(spark, job, tmp_path):
+    checkpoint, _ = _run(spark, job, BATCHES)
+    seen = []
+
+    def collect(frame, batch_id):
+        seen.append((batch_id, sorted(map(tuple, frame.select("batch_id", "key", "value").collect()))))
+
+    stream = (
+        spark.readStream.format("spark_statestore").option("checkpointLocation", checkpoint)
+        .option("store", "totals").option("readChangeFeed", "true").option("maxBatchesPerTrigger", "1").load()
+    )
+    reader_checkpoint = str(tmp_path / "reader-checkpoint")
+    query = stream.writeStream.foreachBatch(collect).option("checkpointLocation", reader_checkpoint).trigger(availableNow=True).start()
+    query.awaitTermination()
+    assert query.exception() is None
+    assert [b for b, rows in seen if rows] == [0, 1, 2]  # one state batch per trigger
+    for n, (_, rows) in enumerate(r for r in seen if r[1]):
+        assert {batch for batch, _, _ in rows} == {n}
+        assert {(k, v) for _, k, v in rows} == {(k, _totals_after(BATCHES[: n + 1])[k]) for k in set(BATCHES[n])}
+    # restarted, the reader goes on where it stopped: nothing twice
+    again = []
+    query = stream.writeStream.foreachBatch(lambda f, b: again.append(f.count())).option(
+        "checkpointLocation", reader_checkpoint).trigger(availableNow=True).start()
+    query.awaitTermination()
+    assert sum(again) == 0
+
+
+def test_errors_name_what_is_wrong(spark, job, tmp_path):
+    empty = str(tmp_path / "nothing-here")
+    os.makedirs(empty)
+    with pytest.raises(Exception, match="no spark_statestore state under"):
+        _read(spark, empty, store="totals")
+    checkpoint, _ = _run(spark, job, BATCHES)
+    with pytest.raises(Exception, match=r"no store 'nope'; it has \['counts', 'totals'\]"):
+        _read(spark, checkpoint, store="nope")
+    with pytest.raises(Exception, match="option batchId 9 is after the newest committed batch \\(2\\)"):
+        _read(spark, checkpoint, store="totals", batchId=9)
+    for name in ("0.changelog",):
+        os.remove(os.path.join(checkpoint, "statestore", "0", name))
+    with pytest.raises(Exception, match="changes of batch 0 of partition 0 .* are not kept"):
+        _read(spark, checkpoint, store="totals", readChangeFeed="true", changeStartBatchId=0)
+    with pytest.raises(Exception, match="version 0 of partition 0 .* cannot be read"):
+        _read(spark, checkpoint, store="totals", batchId=0)
+    damaged = os.path.join(checkpoint, "statestore", "1", "2.changelog")
+    data = bytearray(open(damaged, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    open(damaged, "wb").write(bytes(data))
+    with pytest.raises(Exception, match=r"2\.changelog.*(fails its checksum|damaged)"):
+        _read(spark, checkpoint, store="totals")
+
+
+def test_the_reader_leaves_the_writers_local_copies_alone(spark, job, tmp_path):
+    checkpoint, _ = _run(spark, job, BATCHES)
+    local = str(tmp_path / "local")
+    before = {os.path.join(d, f): os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(local) for f in fs}
+    time.sleep(0.05)
+    _read(spark, checkpoint, store="totals")
+    after = {os.path.join(d, f): os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(local) for f in fs}
+    assert after == before
+
+
+def test_window_change_feed_shows_puts_and_expiry(spark, job):
+    batches = [["a", "b"], ["a"], ["c"]] + [["z"]] * 18  # later batches move the stream time past a segment
+    checkpoint, _ = _run(spark, job, batches)
+    feed = _read(spark, checkpoint, store="counts", readChangeFeed="true", changeStartBatchId=0)
+    puts = feed[feed["change"] == "put"]
+    assert set(zip(puts["batch_id"], puts["key"], puts["window_start"])) >= {(0, "a", 0), (0, "b", 0), (1, "a", 10_000)}
+    assert ((puts["window_end"] - puts["window_start"]) == 10_000).all()
+    expired = feed[feed["change"] == "expire"]
+    assert not expired.empty and expired["key"].isna().all()  # retention 100 s of event time: 10 s batches
+    assert expired["window_start"].min() > 0
+
+
+def test_reading_state_on_s3(spark, s3_endpoint, bucket, tmp_path):
+    """State written to an S3-compatible server (the loopback moto server), read by Spark
+    from the same `pyarrow.fs` location (credentials in the location: the workers need no
+    environment)."""
+    import pyarrow.fs as pafs
+
+    from spark_statestore.partition import Layout, PartitionState, StoreSpec, record_query_layout
+
+    location = f"s3://testing:testing@{bucket}/query?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
+    specs = [StoreSpec.key_value("totals", key_serde="string", value_serde="int64")]
+    record_query_layout(location, Layout.of(specs, 2))
+    expected = {}
+    for batch in range(3):
+        for partition in (0, 1):
+            state = PartitionState(location, partition, specs, local_dir=str(tmp_path / "local"), partitions=2)
+            state.open(batch)
+            key = f"p{partition}-k{batch % 2}"
+            expected[key] = batch
+            state.store("totals").put(key.encode(), batch.to_bytes(8, "big", signed=True))
+            state.prepare()
+            state.close()
+    fs, root = pafs.FileSystem.from_uri(location)
+    for batch in range(3):
+        with fs.open_output_stream(f"{root}/commits/{batch}") as out:
+            out.write(b"v1\n{}")  # Spark's commit log: one file per committed batch
+    state = _read(spark, location, store="totals")
+    assert dict(zip(state["key"], state["value"], strict=True)) == expected
+    assert sorted(set(state["partition"])) == [0, 1]
