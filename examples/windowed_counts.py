@@ -63,6 +63,7 @@ class WindowedCounts(StoreProcessor):
             for kind, (size, _) in self.windows.items()
         ]
         super().__init__(checkpoint_location, spark=spark)
+        self.emitted = self.metrics.spark.sparkContext.accumulator(0)  # windows written, for progress lines
 
     def process_rows(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[pd.DataFrame]:
         name = key[0]
@@ -73,6 +74,8 @@ class WindowedCounts(StoreProcessor):
         times = epoch_millis(frame[self.time_column])
         if (times < 0).any():
             raise ValueError(f"windowed_counts input column {self.time_column!r} has negative event times")
+        timers: set[int] | None = None  # the key's timers, asked once (sliding and tumbling
+        # windows can end at the same time, and Spark warns when a timer is registered twice)
         for kind, (size, slide) in self.windows.items():
             store = self.store(kind)
             live_after = store.observed_stream_time - store.retention_period
@@ -84,8 +87,14 @@ class WindowedCounts(StoreProcessor):
                 if start <= live_after:
                     store.put(name, count, start)  # late: the store drops and counts it
                     continue
-                store.put(name, (store.get(name, start) or 0) + count, start)
-                self.handle.registerTimer(start + size + self.grace_ms)
+                current = store.get(name, start)
+                store.put(name, (current or 0) + count, start)
+                expiry = start + size + self.grace_ms
+                if current is None:  # a new window needs its timer
+                    timers = set(self.handle.listTimers()) if timers is None else timers
+                    if expiry not in timers:
+                        self.handle.registerTimer(expiry)
+                        timers.add(expiry)
         return iter(())
 
     def process_timer(self, key: Any, timer_values: Any, expired_timer_info: Any) -> Iterator[pd.DataFrame]:
@@ -100,6 +109,7 @@ class WindowedCounts(StoreProcessor):
                 out.append((name, kind, start, start + size, count))
                 store.put(name, None, start)  # emitted: nothing needs it any more
         if out:
+            self.emitted.add(len(out))
             yield pd.DataFrame(out, columns=["key", "kind", "window_start", "window_end", "count"])
 
 
@@ -142,6 +152,59 @@ def build_query(spark: Any, workdir: str, processor: WindowedCounts, trigger: di
     )
 
 
+class Progress:
+    """Prints one line per micro-batch as the query runs: input rows, rows written to state,
+    windows emitted, late records dropped (by Spark behind the watermark, and by the window
+    stores), and the state's open and prepare times (slowest task)."""
+
+    def __init__(self, spark: Any, processor: WindowedCounts) -> None:
+        from pyspark.sql.streaming.listener import StreamingQueryListener
+
+        printer = self
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                printer.batch(event.progress)
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        self.spark = spark
+        self.processor = processor
+        self.emitted = 0
+        self.listener = _Listener()
+        spark.streams.addListener(self.listener)
+
+    def batch(self, progress: Any) -> None:
+        metrics = self.processor.metrics.recent(1000)
+        mine = metrics[metrics["batch_id"] == progress.batchId] if not metrics.empty else metrics
+        row = mine.iloc[-1] if not mine.empty else None
+        late = sum(int(op.numRowsDroppedByWatermark or 0) for op in (progress.stateOperators or []))
+        if row is not None:
+            late += int(row["dropped_records"])
+        state = (
+            f"state rows written {int(row['rows_written']):>6}, open {row['open_seconds'] * 1000:5.0f} ms, "
+            f"prepare {row['prepare_seconds'] * 1000:5.0f} ms"
+            if row is not None
+            else "no state task ran"
+        )
+        emitted, self.emitted = self.processor.emitted.value - self.emitted, self.processor.emitted.value
+        print(
+            f"batch {progress.batchId:>3}: {progress.numInputRows:>6} input rows, {emitted:>5} windows emitted, "
+            f"{late:>4} late dropped, {state}",
+            flush=True,
+        )
+
+    def stop(self) -> None:
+        self.spark.streams.removeListener(self.listener)
+
+
 def session(master: str | None) -> Any:
     """The job's SparkSession: local defaults when run with python, spark-submit's
     settings when run under it (only the state store provider TWS needs is added)."""
@@ -155,6 +218,7 @@ def session(master: str | None) -> Any:
         builder = (
             builder.master(master or "local[*]")
             .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.sql.adaptive.enabled", "false")  # stateful queries run without it anyway
             .config("spark.ui.showConsoleProgress", "false")
         )
     return builder.getOrCreate()
@@ -183,6 +247,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"input:      {input_dir}")
     print(f"output:     {os.path.join(args.workdir, 'output')}  (parquet)")
     print(f"checkpoint: {os.path.join(args.workdir, 'checkpoint')}  (state under statestore/)")
+    progress = Progress(spark, processor)
     if args.continuous:
         stop = threading.Event()
 
@@ -196,14 +261,15 @@ def main(argv: list[str] | None = None) -> None:
         query = build_query(spark, args.workdir, processor, {"processingTime": "2 seconds"})
         try:
             while query.isActive:
-                time.sleep(10)
-                print(processor.metrics.recent(3).to_string(index=False))
+                time.sleep(1)
         except KeyboardInterrupt:
             stop.set()
             query.stop()
     else:
         query = build_query(spark, args.workdir, processor, {"availableNow": True})
         query.awaitTermination()
+    spark.streams.awaitAnyTermination(1)  # the last progress event is out before the summary
+    progress.stop()
     output = spark.read.parquet(os.path.join(args.workdir, "output"))
     print(f"\n{output.count()} final window counts, for example:")
     output.orderBy("window_start", "kind", "key").show(8, truncate=False)

@@ -1,0 +1,68 @@
+"""The example jobs, run as a user runs them (their own process and Spark), checked
+against references computed from their input."""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.spark
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def _run(script: str, *args: str) -> str:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLES, script), *args], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stderr[-4000:]}"
+    return done.stdout + done.stderr
+
+
+def _input(workdir: str) -> pd.DataFrame:
+    return pd.concat(pd.read_json(p, lines=True) for p in sorted(glob.glob(os.path.join(workdir, "input", "*.json"))))
+
+
+def test_the_main_job_prints_a_line_per_batch_and_repeats_no_warning(tmp_path):
+    workdir = str(tmp_path / "windowed")
+    log = _run("windowed_counts.py", "--workdir", workdir, "--files", "4", "--events-per-file", "200", "--fresh")
+    commits = [n for n in os.listdir(os.path.join(workdir, "checkpoint", "commits")) if n.isdigit()]
+    lines = re.findall(r"^batch +(\d+): +(\d+) input rows", log, re.MULTILINE)
+    assert sorted(int(b) for b, _ in lines) == sorted(int(n) for n in commits)
+    assert sum(int(rows) for _, rows in lines) == 800
+    warnings = collections.Counter(
+        re.sub(r"^\S+ \S+ WARN ", "", line) for line in log.splitlines() if " WARN " in line
+    )
+    assert not [w for w, n in warnings.items() if n > 1], warnings
+    assert "TimerStateImpl" not in log
+
+
+def test_customer_totals_with_apply_in_pandas_with_state(tmp_path):
+    workdir = str(tmp_path / "customers")
+    _run("customer_totals.py", "--workdir", workdir, "--files", "3", "--purchases-per-file", "120")
+    rows = pd.read_parquet(os.path.join(workdir, "output"))
+    latest = rows.sort_values("purchases").groupby("customer").last()
+    purchases = _input(workdir)
+    expected = purchases.groupby("customer")["amount_cents"].agg(["sum", "count"])
+    assert latest["spend_cents"].to_dict() == expected["sum"].to_dict()
+    assert latest["purchases"].to_dict() == expected["count"].to_dict()
+    assert latest["batches"].max() <= 3 and (latest["batches"] >= 1).all()
+
+
+def test_change_stream_is_one_change_per_page_and_batch_in_a_chain(tmp_path):
+    workdir = str(tmp_path / "changes")
+    _run("change_stream.py", "--workdir", workdir, "--files", "3", "--views-per-file", "500")
+    changes = pd.read_parquet(os.path.join(workdir, "output")).sort_values(["key", "batch_id"])
+    assert not changes.duplicated(["key", "batch_id"]).any()  # de-duplicated: one change per page and batch
+    for page, chain in changes.groupby("key"):
+        olds, news = chain["old_value"].tolist(), chain["new_value"].tolist()
+        assert pd.isna(olds[0]) and olds[1:] == news[:-1], page  # each change starts where the last ended
+    views = _input(workdir)["page"].value_counts().to_dict()
+    assert changes.groupby("key")["new_value"].last().to_dict() == views
