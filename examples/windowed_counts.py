@@ -202,6 +202,10 @@ class Progress:
         )
 
     def stop(self) -> None:
+        """Stop printing, once the progress events Spark already queued were printed."""
+        from spark_statestore.spark.compat import drain_listener_bus
+
+        drain_listener_bus(self.spark)
         self.spark.streams.removeListener(self.listener)
 
 
@@ -268,7 +272,6 @@ def main(argv: list[str] | None = None) -> None:
     else:
         query = build_query(spark, args.workdir, processor, {"availableNow": True})
         query.awaitTermination()
-    spark.streams.awaitAnyTermination(1)  # the last progress event is out before the summary
     progress.stop()
     output = spark.read.parquet(os.path.join(args.workdir, "output"))
     print(f"\n{output.count()} final window counts, for example:")

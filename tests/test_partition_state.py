@@ -371,3 +371,30 @@ def test_partition_count_is_kept_and_a_different_count_is_refused(dirs, tmp_path
         check_partition_count(checkpoint, 2)
     with pytest.raises(ValueError, match="partition 5 is out of range for 4 partitions"):
         PartitionState(checkpoint, 5, specs, local_dir=local, partitions=4)
+
+
+def test_idle_local_copies_are_swept_and_held_or_recent_ones_are_kept(dirs, tmp_path):
+    from spark_statestore.partition.local import sweep_idle_copies
+
+    checkpoint, local = dirs
+    for partition in range(3):
+        state = PartitionState(checkpoint, partition, [StoreSpec.key_value("kv")], local_dir=local)
+        state.open(0)
+        state.store("kv").put(b"k", b"v")
+        state.prepare()
+        state.close()
+    roots = [PartitionState(checkpoint, p, [], local_dir=local).local for p in range(3)]
+    old = os.path.getmtime(os.path.join(roots[0].root, "LOCK")) - 7200
+    for local_dir in roots[:2]:
+        os.utime(os.path.join(local_dir.root, "LOCK"), (old, old))  # unused for two hours
+    roots[1].lock(0)  # ...but a task holds this one now
+    try:
+        deleted = sweep_idle_copies(local, 3600)
+    finally:
+        roots[1].unlock()
+    assert deleted == [roots[0].root]
+    assert not os.path.exists(roots[0].db_path) and os.path.exists(roots[1].db_path) and os.path.exists(roots[2].db_path)
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], local_dir=local)
+    state.open(1)  # the swept partition comes back: restored from the durable state
+    assert state.metrics.restored and state.store("kv").get(b"k") == b"v"
+    state.close()

@@ -98,17 +98,33 @@ def test_the_shipped_spark_defaults_file_holds_the_defaults():
     assert StateStoreSettings.from_conf(entries.get) == settings()
 
 
-def test_the_notebook_is_valid_and_its_code_compiles():
-    import ast
-    import json
-    import os
+def test_plot_metrics_draws_every_panel():
+    import io
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(root, "examples", "windowed_counts.ipynb")) as f:
-        notebook = json.load(f)
-    assert notebook["nbformat"] == 4
-    code = ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
-    assert len(code) >= 4
-    for source in code:
-        ast.parse(source)
-    assert any("WindowedCounts(" in source for source in code)
+    from spark_statestore.spark.plots import plot_metrics
+
+    frame = pd.DataFrame(
+        {
+            "batch_id": [2, 0, 1],
+            "rows_written": [5, 10, 7],
+            "uncommitted_bytes_peak": [100, 300, 200],
+            "spills": [0, 2, 1],
+            "cache_hits": [3, 0, 1],
+            "cache_misses": [1, 0, 3],
+            "open_seconds": [0.01, 0.02, 0.03],
+            "prepare_seconds": [0.001, 0.002, 0.003],
+            "early_triggers": [0, 1, 0],
+        }
+    )
+    figure = plot_metrics(frame, title="test")
+    axes = figure.get_axes()
+    assert len(axes) == 5  # four panels and the spills axis
+    rows = axes[0].get_lines()[0]
+    assert list(rows.get_xdata()) == [0, 1, 2] and list(rows.get_ydata()) == [10, 7, 5]
+    ratio = axes[2].get_lines()[0].get_ydata()
+    assert list(ratio) == [0.0, 0.25, 0.75]  # no lookups counts as 0
+    png = io.BytesIO()
+    figure.savefig(png, format="png")
+    assert png.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="at least one batch"):
+        plot_metrics(frame.iloc[0:0])

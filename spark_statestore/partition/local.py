@@ -4,7 +4,7 @@
 (`snapshots/`).
 
 An exclusive lock on the partition directory (an `flock` on its `LOCK` file) is held from
-open to close. It covers more than RocksDB's own lock: a restore may replace a corrupt
+open to close; taking it touches the file, which so says when the copy was last used. It covers more than RocksDB's own lock: a restore may replace a corrupt
 database, so nobody else may be in the directory then. A second opener, in this or
 another process, waits up to its timeout and then gets `StoreLockedError`.
 """
@@ -45,6 +45,7 @@ class LocalPartitionDir:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 self._lock_fd = fd
+                os.utime(fd)  # when this copy was last used (see `sweep_idle_copies`)
                 return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -84,3 +85,50 @@ class LocalPartitionDir:
             os.remove(self.changelog(version))
         except FileNotFoundError:
             pass
+
+
+def sweep_idle_copies(local_dir: str, max_idle_seconds: float) -> list[str]:
+    """Delete the local copies under `local_dir` (any query, any partition) that no task
+    used for `max_idle_seconds` and that nobody holds now; returns what was deleted.
+
+    On a cluster a partition's next batch often runs on another executor, so copies pile
+    up on executors that no longer own their partitions. A deleted copy costs nothing but
+    a restore or a catch-up from the durable state if its partition comes back. Ages are
+    measured on this host's own clock (the lock file's time against now), so hosts whose
+    clocks disagree do not matter."""
+    deleted = []
+    now = time.time()
+    try:
+        queries = os.listdir(local_dir)
+    except FileNotFoundError:
+        return deleted
+    for query in queries:
+        query_dir = os.path.join(local_dir, query)
+        try:
+            partitions = os.listdir(query_dir)
+        except (NotADirectoryError, FileNotFoundError):
+            continue
+        for partition in partitions:
+            root = os.path.join(query_dir, partition)
+            lock_path = os.path.join(root, "LOCK")
+            try:
+                if now - os.path.getmtime(lock_path) < max_idle_seconds:
+                    continue
+                fd = os.open(lock_path, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue  # in use right now
+            try:
+                for name in os.listdir(root):
+                    if name != "LOCK":
+                        path = os.path.join(root, name)
+                        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+                os.remove(lock_path)
+                deleted.append(root)
+            finally:
+                os.close(fd)
+    return deleted

@@ -151,10 +151,10 @@ class VersionReader:
         db = self.db
         if db is None:
             raise StateStoreError("the version is not loaded (use VersionReader as a context manager)")
-        if spec.window is None:
+        if spec.window_spec is None:
             yield from db.key_value_store(spec.name).all()
             return
-        for windowed, value in db.window_store_of(spec.name, spec.window).all():
+        for windowed, value in db.window_store_of(spec.name, spec.window_spec).all():
             yield windowed.key, value, windowed.window.start
 
     def __exit__(self, *exc: object) -> None:
@@ -206,7 +206,7 @@ def changes(
 
 
 def _changes_of(changelog: Changelog, spec: StoreSpec, version: int) -> Iterator[ChangeRecord]:
-    window = spec.window
+    window = spec.window_spec
     for lo, hi in changelog.ranges().get(spec.name, ()):
         if window is not None and lo == b"":  # expiry: one range deletion below a window start
             yield ChangeRecord(version, "expire", None, None, start_of(hi))

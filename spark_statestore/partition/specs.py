@@ -31,7 +31,7 @@ class StoreSpec:
 
     name: str
     kind: str = KEY_VALUE
-    window: WindowSpec | None = None
+    window_spec: WindowSpec | None = None
     cached: bool = True
     key_serde: str = "bytes"
     value_serde: str = "bytes"
@@ -72,8 +72,8 @@ class StoreSpec:
     def as_dict(self) -> dict[str, Any]:
         """What defines the store's data (not whether it is cached), JSON-able."""
         out: dict[str, Any] = {"kind": self.kind, "key_serde": self.key_serde, "value_serde": self.value_serde}
-        if self.window is not None:
-            out["window"] = self.window.as_dict()
+        if self.window_spec is not None:
+            out["window"] = self.window_spec.as_dict()
         return out
 
     @staticmethod

@@ -201,8 +201,8 @@ class PartitionState:
         stores: dict[str, Any] = {}
         cached_stores: dict[str, Any] = {}
         for spec in self.specs:
-            if spec.window is not None:
-                store: Any = db.window_store_of(spec.name, spec.window)
+            if spec.window_spec is not None:
+                store: Any = db.window_store_of(spec.name, spec.window_spec)
             else:
                 store = db.key_value_store(spec.name)
             if self.cache is not None and spec.cached:

@@ -96,7 +96,7 @@ def _arrow_column(column: Column, raw: list) -> Any:
 
 
 def _window_fields(spec: StoreSpec) -> list[StructField]:
-    if spec.window is None:
+    if spec.window_spec is None:
         return []
     return [StructField("window_start", LongType()), StructField("window_end", LongType())]
 
@@ -235,7 +235,7 @@ class RecordsReader(DataSourceReader):
         version = self.version
         if self.isolation is IsolationLevel.READ_UNCOMMITTED:
             version = uncommitted_version(state, number, version)
-        window = spec.window is not None
+        window = spec.window_spec is not None
         with VersionReader(state, number, version) as reader:
             chunk: list = []
             for record in reader.records(spec):
@@ -254,7 +254,7 @@ class RecordsReader(DataSourceReader):
         ]
         names = ["partition", "key", "value"]
         if window:
-            size = self.request.spec.window.window_size  # type: ignore[union-attr]
+            size = self.request.spec.window_spec.window_size  # type: ignore[union-attr]
             starts = [r[2] for r in records]
             columns += [pa.array(starts, pa.int64()), pa.array([s + size for s in starts], pa.int64())]
             names += ["window_start", "window_end"]
@@ -287,7 +287,7 @@ class _ChangesReader:
 
     def _rows(self, partition: int, records: list) -> Iterator[tuple]:
         spec = self.request.spec
-        size = spec.window.window_size if spec.window is not None else None
+        size = spec.window_spec.window_size if spec.window_spec is not None else None
         keys, values = _decoded(self.key, [r.key for r in records]), _decoded(self.value, [r.value for r in records])
         for record, key, value in zip(records, keys, values):
             row = (record.batch_id, partition, record.change, key, value)
@@ -429,7 +429,7 @@ class MetadataReader(DataSourceReader):
         durable = self.state.durable(number)
         size = sum(i.size for sub in ("", "snapshots", "sst") for i in durable.list(sub))
         for spec in self.state.layout.stores:
-            window = spec.window
+            window = spec.window_spec
             yield (
                 number,
                 spec.name,

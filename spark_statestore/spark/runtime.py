@@ -10,7 +10,9 @@ changes between batches. A worker keeps:
 * the snapshot `Uploader` (one background thread), shut down when the worker exits;
 * the task states it opened: a task that failed without releasing its partition (Spark
   does not call `close()` for a failed attempt) is aborted when the next task starts, so
-  that a partition is never held by an idle worker.
+  that a partition is never held by an idle worker;
+* when it last swept the local directory for copies nobody used for a while (at most
+  once every `SWEEP_EVERY_SECONDS`; see `sweep_idle_copies`).
 
 There is one runtime per process (`worker_runtime()`), created by the first task.
 """
@@ -18,15 +20,21 @@ There is one runtime per process (`worker_runtime()`), created by the first task
 from __future__ import annotations
 
 import atexit
+import math
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from spark_statestore.cache.thread_cache import ThreadCache
+from spark_statestore.partition.local import sweep_idle_copies
 from spark_statestore.partition.uploads import Uploader
 from spark_statestore.stores.rocksdb import RocksMemory
 
 if TYPE_CHECKING:
     from spark_statestore.spark.task_state import TaskState
+
+
+SWEEP_EVERY_SECONDS = 600.0
 
 
 class WorkerRuntime:
@@ -37,6 +45,7 @@ class WorkerRuntime:
         self.rocks_memory: RocksMemory | None = None
         self.uploader = Uploader()
         self.open_states: dict[int, "TaskState"] = {}
+        self._swept_at = -math.inf
 
     def cache_for(self, bytes_per_task: int) -> ThreadCache | None:
         """The worker's record cache, sized to one task slot's share (None if 0)."""
@@ -54,6 +63,14 @@ class WorkerRuntime:
         if self.rocks_memory is None or self.rocks_memory.total_bytes != bytes_per_task:
             self.rocks_memory = RocksMemory(bytes_per_task)
         return self.rocks_memory
+
+    def sweep(self, local_dir: str, max_idle_seconds: float) -> list[str]:
+        """Delete local copies idle for `max_idle_seconds` (rate-limited per worker)."""
+        now = time.monotonic()
+        if now - self._swept_at < SWEEP_EVERY_SECONDS:
+            return []
+        self._swept_at = now
+        return sweep_idle_copies(local_dir, max_idle_seconds)
 
     def abort_stale(self) -> None:
         """Release every partition an earlier task of this worker left open."""

@@ -54,6 +54,7 @@ class TaskState:
         runtime = self._runtime
         runtime.abort_stale()
         settings = self.config.settings
+        runtime.sweep(settings.resolve_local_dir(), settings.local_max_idle_seconds)
         cache = runtime.cache_for(settings.cache_bytes_per_task())
         self._cache_start = cache.stats() if cache is not None else {}
         partition = PartitionState(

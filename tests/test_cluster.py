@@ -1,0 +1,159 @@
+"""The state layer on a real Spark standalone cluster on loopback: two workers with one
+core each (own work and local directories), drivers in their own processes. Exactly once
+against a reference while partitions move between executors, an executor JVM is killed in
+the middle of a batch, a worker is lost for good and another joins, the driver is killed
+and restarted, and speculation runs two attempts of one partition at once."""
+
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from standalone import StandaloneCluster
+
+pytestmark = pytest.mark.cluster
+JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_jobs.py")
+KEYS = [f"key-{i}" for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    started = StandaloneCluster(str(tmp_path_factory.mktemp("standalone")), workers=2)
+    yield started
+    started.stop()
+
+
+def write_input(workdir: str, batches: int, seed: int = 1) -> list[list[str]]:
+    """One file per batch (modification times in order: the file source goes by them)."""
+    import random
+
+    rng = random.Random(seed)
+    directory = os.path.join(workdir, "input")
+    os.makedirs(directory, exist_ok=True)
+    written = []
+    for n in range(batches):
+        keys = [rng.choice(KEYS) for _ in range(rng.randint(5, 30))]
+        path = os.path.join(directory, f"{n:04d}.json")
+        pd.DataFrame({"key": keys}).to_json(path + ".tmp", orient="records", lines=True)
+        os.utime(path + ".tmp", (1_000_000 + n, 1_000_000 + n))
+        os.replace(path + ".tmp", path)
+        written.append(keys)
+    return written
+
+
+def expected_output(batches: list[list[str]]) -> dict[int, dict[str, int]]:
+    totals: collections.Counter = collections.Counter()
+    out = {}
+    for n, keys in enumerate(batches):
+        totals.update(keys)
+        out[n] = {k: totals[k] for k in set(keys)}
+    return out
+
+
+def actual_output(workdir: str) -> dict[int, dict[str, int]]:
+    out = {}
+    for path in glob.glob(os.path.join(workdir, "output", "batch=*")):
+        frame = pd.read_parquet(path)
+        out[int(path.rsplit("=", 1)[1])] = dict(zip(frame["key"], frame["total"], strict=True))
+    return out
+
+
+def start_driver(cluster: StandaloneCluster, workdir: str, adapter: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    log = open(os.path.join(workdir, f"driver-{time.monotonic_ns()}.log"), "w")
+    return subprocess.Popen([sys.executable, JOB, cluster.master_url, workdir, "--adapter", adapter, *args],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def finish(driver: subprocess.Popen, workdir: str, timeout: float = 400) -> None:
+    code = driver.wait(timeout)
+    logs = sorted(glob.glob(os.path.join(workdir, "driver-*.log")))
+    assert code == 0, f"driver failed ({code}):\n{open(logs[-1]).read()[-5000:]}"
+
+
+def markers(workdir: str) -> list[tuple[int, int, int, int]]:
+    """(batch, partition, attempt, worker) of every task that ran."""
+    found = []
+    for name in os.listdir(os.path.join(workdir, "markers")):
+        batch, partition, attempt, worker, _ = name.split("-")
+        found.append((int(batch[1:]), int(partition[1:]), int(attempt[1:]), int(worker[1:])))
+    return found
+
+
+def wait_for(path: str, timeout: float = 300) -> str:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+    time.sleep(0.2)
+    return open(path).read()
+
+
+@pytest.mark.parametrize("adapter", ["partition", "group", "tws"])
+def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluster, tmp_path, adapter):
+    """Four state partitions on two one-core executors (no locality wait): partitions run on
+    both over the batches; in batch 3 the executor holding partition 1 is SIGKILLed while
+    that task is inside the batch, and the attempt runs again elsewhere."""
+    workdir = str(tmp_path)
+    batches = write_input(workdir, 7)
+    driver = start_driver(cluster, workdir, adapter, "--hold-batch", "3", "--hold-partition", "1")
+    held_on = int(wait_for(os.path.join(workdir, "held")))
+    assert cluster.kill_executor(held_on), f"no executor of worker {held_on} to kill"
+    open(os.path.join(workdir, "release"), "w").close()
+    finish(driver, workdir)
+    assert actual_output(workdir) == expected_output(batches)
+    ran = markers(workdir)
+    workers_of = collections.defaultdict(set)
+    for batch, partition, _, worker in ran:
+        workers_of[partition].add(worker)
+    assert any(len(w) > 1 for w in workers_of.values()), f"no partition ever moved: {dict(workers_of)}"
+    assert any(b == 3 and p == 1 and a > 0 for b, p, a, _ in ran), "the killed task never ran again"
+
+
+def test_a_worker_lost_for_good_and_a_new_one_joining(cluster, tmp_path):
+    workdir = str(tmp_path)
+    batches = write_input(workdir, 6, seed=2)
+    driver = start_driver(cluster, workdir, "partition", "--hold-batch", "2", "--hold-partition", "0")
+    held_on = int(wait_for(os.path.join(workdir, "held")))
+    cluster.kill_worker(held_on)  # its executor and its local copies are gone with it
+    joined = cluster.add_worker()
+    open(os.path.join(workdir, "release"), "w").close()
+    finish(driver, workdir)
+    assert actual_output(workdir) == expected_output(batches)
+    assert any(w == joined.index for *_, w in markers(workdir)), "the new worker never ran a task"
+
+
+def test_the_driver_killed_and_restarted(cluster, tmp_path):
+    workdir = str(tmp_path)
+    batches = write_input(workdir, 6, seed=3)
+    driver = start_driver(cluster, workdir, "group", "--hold-batch", "3", "--hold-partition", "2")
+    wait_for(os.path.join(workdir, "held"))
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver dies in the middle of batch 3
+    driver.wait()
+    open(os.path.join(workdir, "release"), "w").close()
+    finish(start_driver(cluster, workdir, "group"), workdir)  # the same checkpoint, a new driver
+    assert actual_output(workdir) == expected_output(batches)
+
+
+def test_speculative_attempts_of_one_partition(cluster, tmp_path):
+    """Speculation on: attempt 0 of a partition stalls, Spark starts attempt 1 of it on the
+    other executor while 0 still runs, and the batch commits what one of them prepared."""
+    workdir = str(tmp_path)
+    batches = write_input(workdir, 5, seed=4)
+    driver = start_driver(cluster, workdir, "partition", "--speculation", "--hold-batch", "2", "--hold-partition", "3")
+    wait_for(os.path.join(workdir, "held"))
+    deadline = time.monotonic() + 300
+    while not any(b == 2 and p == 3 and a > 0 for b, p, a, _ in markers(workdir)):
+        assert time.monotonic() < deadline, "no speculative attempt started"
+        time.sleep(0.3)
+    open(os.path.join(workdir, "release"), "w").close()  # the first attempt goes on too
+    finish(driver, workdir)
+    assert actual_output(workdir) == expected_output(batches)
