@@ -25,3 +25,7 @@ class CorruptStateError(StateStoreError):
 
 class MissingStateError(StateStoreError):
     """A file needed to restore a version is missing; the message names it and the version."""
+
+
+class AttemptSupersededError(StateStoreError):
+    """A late attempt of a batch tried to publish after Spark committed the batch."""

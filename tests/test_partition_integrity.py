@@ -226,8 +226,8 @@ def test_a_changelog_vanishing_during_a_restore_is_a_missing_state_error(dirs, t
                     os.remove(path)
 
     state = wl.partition_state(checkpoint, str(tmp_path / "fresh"))
-    with injected(retention_runs), pytest.raises(MissingStateError, match=r"0\.changelog"):
-        state.open(6)
+    with injected(retention_runs), pytest.raises(MissingStateError, match=r"oldest changelog \(3\) builds on version 2"):
+        state.open(6)  # listed again after the files vanished: what is left cannot make version 5
 
 
 def test_stray_files_in_the_checkpoint_location_are_ignored(dirs, tmp_path):

@@ -171,7 +171,7 @@ def test_missing_changelog_in_the_chain_names_it(dirs, tmp_path):
     checkpoint, local = dirs
     run(checkpoint, local, 6, snapshot_interval=100)
     os.remove(os.path.join(checkpoint, "statestore", "0", "3.changelog"))
-    with pytest.raises(MissingStateError, match=r"4\.changelog \(version 4\) builds on version 3, but the state is at version 2"):
+    with pytest.raises(MissingStateError, match=r"3\.changelog \(version 3\) is missing: the state is at version 2 and the next durable changelog is version 4"):
         wl.read_state(checkpoint, str(tmp_path / "fresh"))
 
 
@@ -202,7 +202,7 @@ def test_snapshots_share_files_and_retention_removes_what_no_version_needs(dirs,
     assert [m["version"] for m in uploaded] == [1, 3, 5, 7, 9]
     assert any(m["uploaded_files"] < len(m["files"]) for m in uploaded)  # shared SSTs not uploaded again
     assert snapshot_versions(state.durable) == [7, 9]
-    assert sorted(int(n.split(".")[0]) for n in os.listdir(root) if n.endswith(".changelog")) == [8, 9, 10, 11]
+    assert sorted(int(n.split(".")[0]) for n in os.listdir(root) if n.endswith(".changelog")) == [7, 8, 9, 10, 11]  # 7: the base snapshot's own
     referenced = {f["durable"].split("/")[1] for m in uploaded[-2:] for f in m["files"] if f["durable"].startswith("sst/")}
     assert set(os.listdir(os.path.join(root, "sst"))) == referenced
     # every retained version is restorable on a new executor
@@ -217,7 +217,7 @@ def test_versions_removed_by_retention_are_an_error_not_an_empty_state(dirs, tmp
     checkpoint, local = dirs
     run(checkpoint, local, 16, snapshot_interval=4, min_batches_to_retain=2)
     state = wl.partition_state(checkpoint, str(tmp_path / "fresh"))
-    with pytest.raises(MissingStateError, match=r"version 5 of partition 0 cannot be restored.*oldest changelog \(8\) builds on version 7"):
+    with pytest.raises(MissingStateError, match=r"version 5 of partition 0 cannot be restored.*oldest changelog \(7\) builds on version 6"):
         state.open(6)
 
 

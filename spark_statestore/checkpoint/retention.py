@@ -1,9 +1,11 @@
 """Retention of a partition's durable state.
 
 Retention keeps `min_batches_to_retain` versions restorable: it finds the newest snapshot
-at or below the oldest version to keep, and deletes older snapshots, the changelogs that
-snapshot covers, and SST files no kept snapshot refers to. It deletes manifests before
-files, so a crash in the middle leaves extra files, never a snapshot with missing ones.
+at or below the oldest version to keep, and deletes older snapshots, the changelogs
+before that snapshot (with their set-aside copies), and SST files no kept snapshot refers
+to. The changelog of the snapshot's own version stays: a restore checks the snapshot's
+identity against it. It deletes manifests before files, so a crash in the middle leaves
+extra files, never a snapshot with missing ones.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.snapshots import (
     SHARED,
     SNAPSHOTS,
+    aside_name,
     changelog_name,
-    changelog_versions,
+    list_changelogs,
     manifest_name,
     read_manifest,
     snapshot_versions,
@@ -63,7 +66,7 @@ def retain(
     shared_infos = durable.list(SHARED)
     shared = {f"{SHARED}/{info.base_name}": info.size for info in shared_infos}
     snapshots = snapshot_versions(durable)
-    changelogs = changelog_versions(durable)
+    changelogs, asides = list_changelogs(durable)
     base = None
     for version in reversed([v for v in snapshots if v <= oldest_kept]):
         if _complete(durable, version, shared, changelogs) is not None:
@@ -76,8 +79,9 @@ def retain(
     fault_point("retention:after-manifests")
     for version in old:
         durable.delete_dir(f"{SNAPSHOTS}/{version}")
-    covered = [v for v in changelogs if v <= base]
+    covered = [v for v in changelogs if v < base]
     durable.delete(changelog_name(v) for v in covered)
+    durable.delete(aside_name(v, ident) for v, idents in asides.items() if v < base for ident in idents)
     fault_point("retention:after-changelogs")
     referenced = set()
     for version in snapshot_versions(durable):

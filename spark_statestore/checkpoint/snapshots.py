@@ -32,6 +32,7 @@ SNAPSHOTS = "snapshots"
 SHARED = "sst"
 _MANIFEST = ".manifest"
 _CHANGELOG = re.compile(r"^(0|[1-9][0-9]{0,18})\.changelog$")
+_ASIDE = re.compile(r"^(0|[1-9][0-9]{0,18})\.([0-9a-f]{16})\.changelog$")
 _MANIFEST_NAME = re.compile(r"^(0|[1-9][0-9]{0,18})\.manifest$")
 _LOCAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _SHARED_NAME = re.compile(r"^sst/[0-9a-f]{32}-[0-9]{1,15}\.sst$")
@@ -43,6 +44,12 @@ def manifest_name(version: int) -> str:
 
 def changelog_name(version: int) -> str:
     return f"{version}.changelog"
+
+
+def aside_name(version: int, ident: int) -> str:
+    """Where a durable changelog of `version` with id `ident` is kept when another attempt
+    of the same batch publishes over it (see `changelog.publish_changelog`)."""
+    return f"{version}.{ident:016x}.changelog"
 
 
 def _sha256(path: str) -> str:
@@ -71,12 +78,23 @@ def snapshot_versions(durable: DurableDir) -> list[int]:
 
 def changelog_versions(durable: DurableDir) -> dict[int, object]:
     """Durable changelogs by version, with their file info (other names are ignored)."""
-    out = {}
+    return list_changelogs(durable)[0]
+
+
+def list_changelogs(durable: DurableDir) -> tuple[dict[int, object], dict[int, set[int]]]:
+    """Durable changelogs by version with their file info, and the ids of the set-aside
+    changelogs of each version (`aside_name`); other names are ignored."""
+    out: dict[int, object] = {}
+    asides: dict[int, set[int]] = {}
     for info in durable.list():
         version = changelog_version(info.base_name)
         if version is not None:
             out[version] = info
-    return out
+            continue
+        match = _ASIDE.match(info.base_name)
+        if match is not None:
+            asides.setdefault(int(match.group(1)), set()).add(int(match.group(2), 16))
+    return out, asides
 
 
 def upload_snapshot(
@@ -151,9 +169,15 @@ def _check_entry(entry: object, version: int, where: str) -> None:
         raise CorruptStateError(f"snapshot manifest {where} gives file {name!r} no valid size and SHA-256")
 
 
-def restore_snapshot(durable: DurableDir, version: int, destination: str) -> None:
-    """Download and verify the snapshot of `version` into `destination` (a new directory)."""
+def restore_snapshot(durable: DurableDir, version: int, destination: str, partition: int | None = None) -> None:
+    """Download and verify the snapshot of `version` (of `partition`, when given) into
+    `destination` (a new directory)."""
     manifest = read_manifest(durable, version)
+    if partition is not None and manifest.get("partition") != partition:
+        raise CorruptStateError(
+            f"snapshot manifest {durable.uri(manifest_name(version))} belongs to partition "
+            f"{manifest.get('partition')!r}, not to partition {partition}"
+        )
     shutil.rmtree(destination, ignore_errors=True)
     os.makedirs(destination)
     for entry in manifest["files"]:

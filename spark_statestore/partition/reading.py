@@ -19,9 +19,9 @@ from typing import Any, Iterator
 
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer
+from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer, follow_chain
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
-from spark_statestore.checkpoint.snapshots import changelog_name, changelog_versions, snapshot_versions
+from spark_statestore.checkpoint.snapshots import changelog_name, changelog_versions, list_changelogs, snapshot_versions
 from spark_statestore.errors import MissingStateError, StateStoreError
 from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
@@ -186,7 +186,8 @@ def changes(
     """The changes of store `spec` in batches `start`..`end` of a partition, from the
     durable changelogs (each verified before a record is read)."""
     durable = state.durable(partition)
-    available = changelog_versions(durable)
+    available, asides = list_changelogs(durable)
+    chain = follow_chain(durable, available, asides, max(available, default=end))
     scratch = tempfile.mkdtemp(prefix="statestore-changes-", dir=workdir)
     try:
         for version in range(start, end + 1):
@@ -197,8 +198,8 @@ def changes(
                     f"(changelogs kept: {_span(kept)}; retention removes older ones)"
                 )
             path = os.path.join(scratch, changelog_name(version))
-            durable.download(changelog_name(version), path)
-            changelog = Changelog(path, version)
+            durable.download(chain.get(version, (changelog_name(version), 0))[0], path)
+            changelog = Changelog(path, version, partition)
             yield from _changes_of(changelog, spec, version)
             os.remove(path)
     finally:

@@ -20,6 +20,13 @@ committed (Spark runs batch N only after N-1 committed), and everything durable 
   durable (a changelog or a snapshot), so a deleted newest changelog is an error instead
   of an older state. Otherwise the local record of what this copy's owner prepared
   catches a deleted changelog that it published.
+* A late attempt of a batch may publish over a changelog a later version already builds
+  on; the replaced one is kept aside (`publish_changelog`), and the chain of identities
+  (`follow_chain`) picks, for each version, the file the next version builds on.
+* Retention may delete files between the listing and their download: the load lists
+  again and starts over (a few times) instead of failing.
+* Only changelogs of this partition, of the declared stores, are applied; a changelog
+  that fails half way through being applied leaves the local copy to be rebuilt.
 """
 
 from __future__ import annotations
@@ -31,11 +38,12 @@ from typing import Callable
 
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_id
+from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_id, follow_chain
 from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.snapshots import (
     changelog_name,
-    changelog_versions,
+    list_changelogs,
+    manifest_name,
     read_manifest,
     restore_snapshot,
     snapshot_versions,
@@ -51,8 +59,15 @@ from spark_statestore.txn.database import TransactionalDatabase
 log = logging.getLogger("spark_statestore.partition")
 
 
+_LISTINGS = 4
+
+
 class StaleCopy(Exception):
     """The local copy cannot be brought to the wanted version (it is rebuilt instead)."""
+
+
+class Vanished(StaleCopy):
+    """A file listed a moment ago is gone (retention ran): list again and start over."""
 
 
 class Recovery:
@@ -83,13 +98,33 @@ class Recovery:
         self._changelogs: dict[int, pafs.FileInfo] = {}
         self._snapshots: list[int] = []
         self._ids: dict[int, int] = {}  # durable changelog ids read so far
+        self._chosen: dict[int, tuple[str, int]] = {}  # versions whose set-aside file is on the chain
 
     def load(self, target: int) -> tuple[TransactionalDatabase, VersionId]:
         """The database at version `target` (-1: the empty state) and its identity."""
-        self._changelogs = changelog_versions(self.durable)
+        for listing in range(_LISTINGS):
+            self._list(target)
+            try:
+                return self._load(target)
+            except Vanished as e:
+                if listing == _LISTINGS - 1:
+                    raise MissingStateError(
+                        f"cannot restore version {target} of partition {self.partition} from {self.durable}: "
+                        f"files kept disappearing while it was read ({e})"
+                    ) from e
+                log.info("partition %d: listing %s again: %s", self.partition, self.durable, e)
+        raise AssertionError("unreachable")
+
+    def _list(self, target: int) -> None:
+        self._changelogs, asides = list_changelogs(self.durable)
         self._snapshots = snapshot_versions(self.durable)
         self._ids = {}
+        self._chosen = follow_chain(self.durable, self._changelogs, asides, target)
+        for version, (_, ident) in self._chosen.items():
+            self._ids[version] = ident
         fault_point("recovery:after-listing")
+
+    def _load(self, target: int) -> tuple[TransactionalDatabase, VersionId]:
         if not os.path.exists(os.path.join(self.local.db_path, "CURRENT")):
             return self._restore(target)  # a new executor: no local copy
         db = None
@@ -103,6 +138,9 @@ class Recovery:
             self._check_prepared(meta.prepared, target)
             committed = self._catch_up(db, committed, target)
             self._check_reached(committed, target)
+        except Vanished:
+            db.close()
+            raise
         except (CorruptStateError, StaleCopy) as reason:
             log.info("partition %d: restoring from %s: %s", self.partition, self.durable, reason)
             if db is not None:
@@ -135,7 +173,7 @@ class Recovery:
     def _check_reached(self, committed: VersionId, target: int) -> None:
         """After catching up: the copy is at `target`, or no durable version says otherwise."""
         if committed.version == target:
-            self._check_identity(committed)
+            self._check_identity(committed, "the local copy")
             return
         newer = [v for v in self._snapshots if committed.version < v <= target]
         if newer:
@@ -150,7 +188,7 @@ class Recovery:
             f"(every committed batch writes one)"
         )
 
-    def _check_identity(self, committed: VersionId) -> None:
+    def _check_identity(self, committed: VersionId, what: str) -> None:
         """A copy at a version the durable state also has must be that very version."""
         version = committed.version
         if version < 0:
@@ -162,7 +200,15 @@ class Recovery:
         else:
             return
         if durable_id != committed.id:
-            raise StaleCopy(f"the local copy holds another attempt's version {version} ({committed} vs id {durable_id:x})")
+            raise StaleCopy(
+                f"{what} holds version {version} with id {committed.id:x}, but the durable history's version "
+                f"{version} has id {durable_id:x} (another attempt's, or a run that was rolled back)"
+            )
+
+    def _name(self, version: int) -> str:
+        """The durable file of `version` on the chain (normally `N.changelog`)."""
+        chosen = self._chosen.get(version)
+        return changelog_name(version) if chosen is None else chosen[0]
 
     def _durable_id(self, version: int) -> int:
         """The id of the durable changelog of `version` (from its trailer: one small read)."""
@@ -172,7 +218,7 @@ class Recovery:
             try:
                 ident = durable_changelog_id(self.durable, name, version, self._changelogs[version].size)
             except FileNotFoundError as e:
-                raise StaleCopy(f"changelog {self.durable.uri(name)} disappeared") from e
+                raise Vanished(f"changelog {self.durable.uri(name)} disappeared") from e
             self._ids[version] = ident
         return ident
 
@@ -181,23 +227,41 @@ class Recovery:
     def _catch_up(self, db: TransactionalDatabase, committed: VersionId, target: int) -> VersionId:
         """Apply the durable changelogs after `committed` up to `target`, in order."""
         for version in sorted(v for v in self._changelogs if committed.version < v <= target):
+            if self.every_batch and version > committed.version + 1:
+                raise StaleCopy(
+                    f"changelog {self.durable.uri(changelog_name(committed.version + 1))} (version "
+                    f"{committed.version + 1}) is missing: the state is at version {committed.version} "
+                    f"and the next durable changelog is version {version}"
+                )
             changelog = self._changelog(version)
-            where = f"changelog {self.durable.uri(changelog_name(version))}"
+            where = f"changelog {self.durable.uri(self._name(version))}"
             recorded = changelog.header.get("layout")
+            declared = set(self.layout.names)
             if recorded is not None:
-                self.layout.check_against(Layout.from_dict(recorded, where), self.location, where)
+                recorded_layout = Layout.from_dict(recorded, where)
+                self.layout.check_against(recorded_layout, self.location, where)
+                declared.update(recorded_layout.names)  # a store the query no longer declares keeps its data
+            undeclared = sorted(set(changelog.stores) - declared)
+            if undeclared:
+                raise CorruptStateError(
+                    f"{where} (version {version}) writes to stores {undeclared} that neither {self.location} "
+                    f"nor the changelog's own layout declares (declared: {sorted(declared)})"
+                )
             if (changelog.base_version, changelog.base_id) != tuple(committed):
                 raise StaleCopy(
                     f"{where} (version {version}) builds on version {changelog.base_version}, but the state "
                     f"is at version {committed.version} (identities {changelog.base_id:x} and {committed.id:x})"
                 )
             applied = VersionId(version, changelog.id)
-            db.replay(
-                changelog.ranges(),
-                changelog.entries(),
-                PartitionMetadata.committed_offsets(applied),
-                chunk_bytes=self.chunk_bytes,
-            )
+            try:
+                db.replay(
+                    changelog.ranges(),
+                    changelog.entries(),
+                    PartitionMetadata.committed_offsets(applied),
+                    chunk_bytes=self.chunk_bytes,
+                )
+            except (CorruptStateError, ValueError) as e:  # part of it may be applied: the caller rebuilds
+                raise CorruptStateError(f"{where} (version {version}) could not be applied: {e}") from e
             fault_point("open:after-apply")
             committed = applied
             self.metrics.changelogs_applied += 1
@@ -207,10 +271,10 @@ class Recovery:
         """A verified changelog of `version`: the local copy when it is the file that was
         published, else a fresh download. A damaged durable copy raises `CorruptStateError`."""
         path = self.local.changelog(version)
-        name = changelog_name(version)
+        name = self._name(version)
         durable_id = self._durable_id(version)
         try:
-            local = Changelog(path, version)
+            local = Changelog(path, version, self.partition)
             if local.id == durable_id:
                 return local
         except CorruptStateError:
@@ -219,10 +283,10 @@ class Recovery:
         try:
             self.durable.download(name, path)
         except FileNotFoundError as e:
-            raise StaleCopy(f"changelog {self.durable.uri(name)} disappeared") from e
+            raise Vanished(f"changelog {self.durable.uri(name)} disappeared") from e
         self.metrics.changelogs_downloaded += 1
         try:
-            changelog = Changelog(path, version)
+            changelog = Changelog(path, version, self.partition)
         except CorruptStateError as e:
             os.remove(path)
             raise CorruptStateError(f"changelog {self.durable.uri(name)} (version {version}) is damaged: {e}") from e
@@ -243,23 +307,26 @@ class Recovery:
             try:
                 db, committed = self._from_snapshot(version)
                 break
+            except Vanished:
+                raise
             except (CorruptStateError, MissingStateError, StaleCopy) as e:
-                problems.append(str(e))
                 self.local.wipe_db()
+                if not self.durable.exists(manifest_name(version)):
+                    raise Vanished(f"snapshot {version} was deleted while it was restored") from e
+                problems.append(str(e))
         if db is None:
-            try:
-                self._check_history_starts_empty(target, problems)
-            except StaleCopy as e:  # a file listed a moment ago is gone (retention ran)
-                raise MissingStateError(
-                    f"cannot restore version {target} of partition {self.partition} from {self.durable}: {e}"
-                ) from e
+            self._check_history_starts_empty(target, problems)
             db = self._open_db()
         try:
             committed = self._catch_up(db, committed, target)
             if committed.version < target and self.every_batch:
                 raise StaleCopy(self._missing_message(committed.version, target))
+        except Vanished:
+            db.close()
+            raise
         except (StaleCopy, CorruptStateError) as e:
             db.close()
+            self.local.wipe_db()  # nothing half-restored is left for the next open to trust
             detail = f"; snapshots that could not serve: {problems}" if problems else ""
             raise MissingStateError(
                 f"cannot restore version {target} of partition {self.partition} from {self.durable}: {e}{detail}"
@@ -272,7 +339,7 @@ class Recovery:
         return db, committed
 
     def _from_snapshot(self, version: int) -> tuple[TransactionalDatabase, VersionId]:
-        restore_snapshot(self.durable, version, self.local.db_path)
+        restore_snapshot(self.durable, version, self.local.db_path, self.partition)
         db = self._open_db()
         try:
             meta = PartitionMetadata(db)
@@ -280,7 +347,7 @@ class Recovery:
             committed = meta.committed
             if committed.version != version:
                 raise CorruptStateError(f"snapshot {version} of {self.durable} holds version {committed.version}")
-            self._check_identity(committed)  # not a snapshot of a run the user rolled back
+            self._check_identity(committed, f"snapshot {version}")  # not of a run the user rolled back
         except BaseException:
             db.close()
             raise

@@ -9,7 +9,8 @@ Version N is the state after batch N.
   when the partition has one). Writes go to the transaction buffer of the database.
 * `prepare()` flushes the record caches, has the database write this batch's change set
   into changelog N, locally, and publishes it durably (atomically). Nothing is applied:
-  changelog N commits when a later `open` applies it, after Spark committed batch N.
+  changelog N commits when a later `open` applies it, after Spark committed batch N. An
+  attempt that prepares after Spark's commit log holds batch N (a zombie) is refused.
 * `close()` releases the partition; what was not prepared is discarded.
 
 The record cache of a worker outlives a partition's open/close: a store's cached entries
@@ -30,10 +31,9 @@ import pyarrow.fs as pafs
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.cache.wrapping import cached
-from spark_statestore.checkpoint.changelog import ChangelogWriter
+from spark_statestore.checkpoint.changelog import ChangelogWriter, publish_changelog
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
-from spark_statestore.checkpoint.snapshots import changelog_name
-from spark_statestore.errors import StateStoreError
+from spark_statestore.errors import AttemptSupersededError, StateStoreError
 from spark_statestore.faults import fault_point
 from spark_statestore.partition.layout import Layout
 from spark_statestore.partition.local import LocalPartitionDir
@@ -86,6 +86,7 @@ class PartitionState:
         self.checkpoint_location = checkpoint_location
         fs, root = resolve_location(checkpoint_location, filesystem)
         self.durable = DurableDir(fs, f"{root}/statestore/{self.partition}")
+        self._commit_log = DurableDir(fs, f"{root}/commits")  # Spark's: which batches the driver committed
         self.local = LocalPartitionDir(local_dir, checkpoint_location, self.partition)
         self.cache = cache
         self.on_changes = on_changes
@@ -280,7 +281,12 @@ class PartitionState:
             prepared = VersionId(version, writer.finish())
         os.replace(temp, path)
         fault_point("prepare:after-local-write")
-        info = self.durable.publish_file(changelog_name(version), path)
+        if self._commit_log.exists(str(version)):
+            raise AttemptSupersededError(
+                f"batch {version} of partition {self.partition} was already committed by another attempt "
+                f"({self._commit_log.uri(str(version))} exists): this attempt's changes are discarded"
+            )
+        info = publish_changelog(self.durable, version, path, prepared.id, self.local.changelog_dir)
         fault_point("prepare:after-publish")
         PartitionMetadata(db).record_prepared(prepared)
         if self.cache is not None:

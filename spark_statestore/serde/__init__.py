@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from spark_statestore.serde.keys import Int64KeySerde, TupleKeySerde, escape, unescape
 from spark_statestore.serde.values import (
     ArrowSerde,
@@ -95,7 +97,10 @@ _TUPLE_TYPES = {"str": str, "int": int, "bytes": bytes}
 
 def serde_for(identity: str) -> Serde:
     """The serde a recorded identity names: a built-in one, or `module:Class` built with no
-    arguments. Raises `ValueError` naming the identity when it cannot be had here."""
+    arguments. Identities come from durable files, so they are data: the module must be
+    imported already (nothing is imported on a file's say-so) and the class must be a
+    `Serde` subclass (nothing else is called). Raises `ValueError` naming the identity
+    when it cannot be had here."""
     if not isinstance(identity, str):
         raise TypeError(f"identity must be a str, got {type(identity).__name__}: {identity!r}")
     builtin = _BUILTIN_IDENTITIES.get(identity)
@@ -107,15 +112,15 @@ def serde_for(identity: str) -> Serde:
             return TupleKeySerde(*(_TUPLE_TYPES[n] for n in names))
     module, _, qualname = identity.partition(":")
     if module and qualname:
-        import importlib
-
+        target: object = sys.modules.get(module)
+        if target is None:
+            raise ValueError(f"serde {identity!r} needs module {module!r}: import it first")
+        for part in qualname.split("."):
+            target = getattr(target, part, None)
+        if not (isinstance(target, type) and issubclass(target, Serde)):
+            raise ValueError(f"serde {identity!r} does not name a Serde class")
         try:
-            target: object = importlib.import_module(module)
-            for part in qualname.split("."):
-                target = getattr(target, part)
-            serde = target()  # type: ignore[operator]
+            return target()
         except Exception as e:
             raise ValueError(f"serde {identity!r} cannot be built here: {e}") from e
-        if isinstance(serde, Serde):
-            return serde
     raise ValueError(f"{identity!r} is not a serde identity this package knows")

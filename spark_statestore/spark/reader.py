@@ -68,7 +68,7 @@ def column_for(identity: str) -> Column:
     """The column of the values a serde with `identity` wrote."""
     if identity in ("string", "json"):  # JSON documents are shown as their text
         return Column(StringType(), lambda raw: raw, pa.string())
-    if identity == "bytes":
+    if identity in ("bytes", "pickle"):  # unpickling runs code: pickled values are shown as their bytes
         return Column(BinaryType(), lambda raw: raw)
     if identity in ("int64", "int64_key", "float64"):
         serde = serde_for(identity)

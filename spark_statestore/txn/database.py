@@ -29,7 +29,7 @@ from itertools import chain
 from typing import Any, Iterable, Iterator, Mapping, Protocol
 
 from spark_statestore.faults import fault_point
-from spark_statestore.errors import StateStoreError, StoreClosedError
+from spark_statestore.errors import CorruptStateError, StateStoreError, StoreClosedError
 from spark_statestore.stores.api import prefix_end
 from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
 from spark_statestore.stores.kv_store import RocksDBKeyValueStore
@@ -101,6 +101,18 @@ def check_offsets(offsets: Any) -> dict[str, int]:
         out[name] = value
     return out
 
+
+
+def _store_entries(entries: Entries) -> Iterator[tuple[str, bytes, bytes | None]]:
+    """`entries`, each store name checked once (a replay writes to stores only, never to
+    the reserved column families)."""
+    checked: set[str] = set()
+    for entry in entries:
+        name = entry[0]
+        if name not in checked:
+            check_store_name(name)
+            checked.add(name)
+        yield entry
 
 class TransactionalDatabase:
     """Stores in one RocksDB directory, committed together (see module docstring)."""
@@ -267,10 +279,12 @@ class TransactionalDatabase:
         final = {_offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in check_offsets(offsets).items()}
         for name, value in (properties or {}).items():
             final[_property_key(name)] = value.encode("utf-8")
+        for name in ranges:
+            check_store_name(name)
         with self._lock:
             if any(ks.pending or ks.ranges or ks.staging is not None for ks in self._keyspaces.values()):
                 raise StateStoreError(f"cannot replay changes into {self.path} while a transaction is open")
-            apply_changes(self.db, ranges, entries, final, chunk_bytes)
+            apply_changes(self.db, ranges, _store_entries(entries), final, chunk_bytes)
 
     def get_property(self, name: str) -> str | None:
         """A committed property (a small string the owner keeps with the data), or None."""
@@ -369,7 +383,15 @@ class TransactionalDatabase:
         """Finish a commit a crash interrupted; drop leftover staging column families."""
         raw = self._meta.get(_MARKER_KEY)
         if raw is not None:
-            self._apply_marker(json.loads(raw))
+            try:
+                marker = json.loads(raw)
+            except ValueError as e:
+                raise CorruptStateError(f"database {self.path} holds an unreadable commit marker: {e}") from e
+            if not isinstance(marker, dict) or not all(
+                isinstance(marker.get(k), t) for k, t in (("offsets", dict), ("ranges", dict), ("staged", list))
+            ):
+                raise CorruptStateError(f"database {self.path} holds a commit marker of an unknown shape")
+            self._apply_marker(marker)
         for name in self.db.column_family_names():
             if name.startswith(STAGING_PREFIX):
                 self.db.drop_column_family(name)

@@ -1,0 +1,172 @@
+"""Attempts that publish late, and retention that deletes files a restore has just listed.
+
+A slow attempt of a batch (speculation, a task Spark gave up on) may publish its changelog
+after another attempt's was committed and built upon; retention may delete what a restore
+listed a moment ago. Neither may make a committed version unrestorable or wrong."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow.fs as pafs
+import pytest
+
+import partition_workload as wl
+from spark_statestore.checkpoint.filesystem import DurableDir
+from spark_statestore.checkpoint.retention import retain
+from spark_statestore.checkpoint.snapshots import aside_name, list_changelogs, snapshot_versions
+from spark_statestore.errors import AttemptSupersededError
+from spark_statestore.faults import injected
+from spark_statestore.partition.layout import Layout, record_query_layout
+from spark_statestore.partition.reading import StateLocation, changes
+
+
+def _two_attempts(checkpoint: str, tmp_path, batch: int, **kwargs):
+    """Attempts A and B of `batch`, both open on the committed state, each with its own value."""
+    a = wl.partition_state(checkpoint, str(tmp_path / "A"), **kwargs)
+    b = wl.partition_state(checkpoint, str(tmp_path / "B"), **kwargs)
+    a.open(batch)
+    b.open(batch)
+    a.store("kv").put(b"attempt", b"A")
+    b.store("kv").put(b"attempt", b"B")
+    return a, b
+
+
+def _commit(checkpoint: str, batch: int) -> None:
+    with open(wl.commit_log(checkpoint), "a") as f:
+        f.write(f"{batch}\n")
+
+
+@pytest.mark.parametrize("snapshots", [False, True])
+def test_a_late_attempt_never_breaks_the_chain_a_later_batch_built_on(dirs, tmp_path, snapshots):
+    checkpoint, local = dirs
+    kwargs = {"snapshot_interval": 1 if snapshots else 100, "min_batches_to_retain": 100}
+    wl.run(checkpoint, local, 3, **kwargs)
+    zombie, winner = _two_attempts(checkpoint, tmp_path, 3, **kwargs)
+    winner.prepare()
+    winner.close()
+    _commit(checkpoint, 3)
+    after = wl.partition_state(checkpoint, str(tmp_path / "B"), **kwargs)  # batch 4 on the winner's copy
+    after.open(4)
+    after.store("kv").put(b"b4", b"x")
+    after.prepare()
+    after.close()
+    after.wait_for_snapshots()
+    _commit(checkpoint, 4)
+    zombie.prepare()  # publishes over the committed changelog 3
+    zombie.close()
+
+    durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
+    _, asides = list_changelogs(durable)
+    assert len(asides.get(3, ())) == 1, "the replaced changelog 3 was not kept"
+    for where in ("B", "A", "new-executor"):
+        state = wl.partition_state(checkpoint, str(tmp_path / where), **kwargs)
+        state.open(5)
+        assert state.store("kv").get(b"attempt") == b"B", where
+        assert state.store("kv").get(b"b4") == b"x", where
+        state.close()
+
+
+def test_the_change_feed_follows_the_chain_too(dirs, tmp_path):
+    checkpoint, local = dirs
+    wl.run(checkpoint, local, 3)
+    record_query_layout(checkpoint, Layout.of(wl.SPECS, 1))
+    zombie, winner = _two_attempts(checkpoint, tmp_path, 3)
+    winner.prepare()
+    winner.close()
+    _commit(checkpoint, 3)
+    wl.run(checkpoint, str(tmp_path / "B"), 5)
+    zombie.prepare()
+    zombie.close()
+    location = StateLocation.open(checkpoint)
+    values = [c.value for c in changes(location, 0, location.store("kv"), 3, 3) if c.key == b"attempt"]
+    assert values == [b"B"]
+
+
+def test_an_attempt_after_spark_committed_the_batch_is_refused(dirs, tmp_path):
+    checkpoint, local = dirs
+    wl.run(checkpoint, local, 3)
+    zombie, winner = _two_attempts(checkpoint, tmp_path, 3)
+    winner.prepare()
+    winner.close()
+    os.makedirs(os.path.join(checkpoint, "commits"))
+    open(os.path.join(checkpoint, "commits", "3"), "w").write("v1\n{}\n")  # Spark's commit log
+    published = open(os.path.join(checkpoint, "statestore", "0", "3.changelog"), "rb").read()
+    with pytest.raises(AttemptSupersededError, match=r"batch 3 of partition 0 .*commits/3"):
+        zombie.prepare()
+    zombie.close()
+    assert open(os.path.join(checkpoint, "statestore", "0", "3.changelog"), "rb").read() == published
+    _commit(checkpoint, 3)
+    state = wl.partition_state(checkpoint, str(tmp_path / "new-executor"))
+    state.open(4)
+    assert state.store("kv").get(b"attempt") == b"B"
+    state.close()
+
+
+def test_the_same_changelog_published_twice_keeps_nothing_aside(dirs, tmp_path):
+    checkpoint, local = dirs
+    wl.run(checkpoint, local, 2)
+    first = wl.partition_state(checkpoint, str(tmp_path / "first"))
+    second = wl.partition_state(checkpoint, str(tmp_path / "second"))
+    for state in (first, second):  # a deterministic batch: both attempts write the same
+        state.open(2)
+        wl.apply_ops(wl.batch_ops(1, 2), state.store("kv"), state.store("win"))
+        state.prepare()
+        state.close()
+    durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
+    assert list_changelogs(durable)[1] == {}
+
+
+def test_retention_removes_set_aside_changelogs_with_their_version(dirs, tmp_path):
+    checkpoint, local = dirs
+    wl.run(checkpoint, local, 3)
+    zombie, winner = _two_attempts(checkpoint, tmp_path, 3)
+    winner.prepare()
+    winner.close()
+    zombie.prepare()
+    zombie.close()
+    durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
+    (aside_id,) = list_changelogs(durable)[1][3]
+    assert os.path.exists(os.path.join(durable.root, aside_name(3, aside_id)))
+    _commit(checkpoint, 3)
+    wl.run(checkpoint, local, 9, snapshot_interval=2, min_batches_to_retain=2)
+    changelogs, asides = list_changelogs(durable)
+    assert 3 not in changelogs and asides == {}
+
+
+def test_retention_deleting_what_a_restore_listed_makes_it_list_again(dirs, tmp_path):
+    """The restore lists snapshots 2 and 5; before it downloads snapshot 5, the writer's next
+    batch snapshots version 8 and retention (keeping one version) deletes snapshots 2 and 5
+    and changelogs 0..7. The restore lists again and serves version 8 from snapshot 8."""
+    checkpoint, local = dirs
+    kwargs = {"snapshot_interval": 3, "min_batches_to_retain": 1}
+    wl.run(checkpoint, local, 9, **kwargs)
+    durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
+    listings = []
+
+    def writer_goes_on(point):
+        if point == "recovery:after-listing":
+            listings.append(point)
+            if len(listings) == 1:
+                writer = wl.partition_state(checkpoint, local, **kwargs)
+                writer.open(9)  # snapshot of 8 at open; retention after its upload
+                writer.close()
+                writer.wait_for_snapshots()
+
+    with injected(writer_goes_on):
+        got = wl.read_state(checkpoint, str(tmp_path / "new-executor"), snapshot_interval=100)
+    assert got == wl.expected(1, 8)
+    assert len(listings) >= 3  # the restore, the writer's own open, the restore again
+    changelogs, _ = list_changelogs(durable)
+    assert min(changelogs) == 8, "retention did not run in the middle of the restore"
+
+
+def test_retention_keeps_the_changelog_its_base_snapshot_is_checked_against(dirs, tmp_path):
+    checkpoint, local = dirs
+    wl.run(checkpoint, local, 9, snapshot_interval=3, min_batches_to_retain=100)
+    durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
+    base = max(v for v in snapshot_versions(durable) if v <= 8)
+    removed = retain(durable, 8, 8 - base + 1, 0)
+    assert removed["changelogs"] == base
+    assert sorted(list_changelogs(durable)[0]) == list(range(base, 9))
+    assert wl.read_state(checkpoint, str(tmp_path / "new-executor")) == wl.expected(1, 8)
