@@ -7,8 +7,9 @@ a spark_statestore store, and writes each batch's updated totals to
 WORKDIR/output/batch=N (idempotent: a batch that runs again rewrites its own directory).
 Every task leaves a marker in WORKDIR/markers naming its batch, partition, attempt and the
 worker it ran on (from its local directories), so tests can see where partitions ran.
-With `--hold-batch K --hold-partition P`, attempt 0 of that task waits for the file
-WORKDIR/release after writing WORKDIR/held (tests kill things meanwhile).
+With `--hold-batch K --hold-partition P`, attempt 0 of that task (every attempt, with
+`--hold-every-attempt`) waits for the file WORKDIR/release after writing WORKDIR/held
+(tests kill things meanwhile).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Task:
         os.makedirs(markers, exist_ok=True)
         name = f"b{self.batch}-p{self.partition}-a{self.attempt}-w{self.worker}-{os.getpid()}"
         open(os.path.join(markers, name), "w").close()
-        if hold == (self.batch, self.partition) and self.attempt == 0:
+        if hold is not None and hold[:2] == (self.batch, self.partition) and (self.attempt == 0 or hold[2]):
             with open(os.path.join(workdir, "held"), "w") as f:
                 f.write(str(self.worker))
             deadline = time.monotonic() + 300
@@ -129,11 +130,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--hold-batch", type=int)
     parser.add_argument("--hold-partition", type=int, default=0)
+    parser.add_argument("--hold-every-attempt", action="store_true", help="hold the retries of that task too")
     parser.add_argument("--speculation", action="store_true")
     parser.add_argument("--max-cores", type=int, help="spark.cores.max: how many one-core executors the job gets")
     parser.add_argument("--report", action="store_true", help="print a JSON line with rates and task times")
     args = parser.parse_args()
-    hold = (args.hold_batch, args.hold_partition) if args.hold_batch is not None else None
+    hold = (args.hold_batch, args.hold_partition, args.hold_every_attempt) if args.hold_batch is not None else None
     from pyspark.sql import SparkSession
 
     builder = (

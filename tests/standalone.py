@@ -1,8 +1,8 @@
 """A Spark standalone cluster on loopback, started from the installed pyspark, for tests.
 
 `StandaloneCluster(root, workers=2)` starts a master and workers with one core each, every
-worker with its own work directory and its own local directories (`SPARK_LOCAL_DIRS`), on
-127.0.0.1 and free ports, and waits until the master lists them alive (its JSON status
+worker with its own work directory and its own local directories (`SPARK_LOCAL_DIRS`) on
+its own loopback address (127.0.0.2, 127.0.0.3, ...; the master on 127.0.0.1) and free ports, and waits until the master lists them alive (its JSON status
 page). Each daemon runs in its own process group, so stopping it (or killing it for good)
 takes its executors along; `kill_executor(i)` SIGKILLs only the executor JVMs a worker
 launched, found by their working directory (the worker's work directory). Everything the
@@ -39,6 +39,7 @@ class Worker:
     process: subprocess.Popen
     work_dir: str
     local_dir: str
+    host: str
     alive: bool = True
 
 
@@ -94,13 +95,14 @@ class StandaloneCluster:
         local_dir = os.path.join(self.root, f"worker-{index}", "local")
         os.makedirs(work_dir)
         os.makedirs(local_dir)
+        host = worker_host(index)
         process = self._daemon(
             f"worker-{index}",
-            ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", str(self.cores),
+            ["org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", str(self.cores),
              "--memory", self.memory, "--work-dir", work_dir, "--webui-port", str(free_port()), self.master_url],
-            {"SPARK_LOCAL_DIRS": local_dir, "SPARK_WORKER_DIR": work_dir},
+            {"SPARK_LOCAL_DIRS": local_dir, "SPARK_WORKER_DIR": work_dir, "SPARK_LOCAL_IP": host},
         )
-        worker = Worker(index, process, work_dir, local_dir)
+        worker = Worker(index, process, work_dir, local_dir, host)
         self.workers.append(worker)
         expected = sum(1 for w in self.workers if w.alive)
         self._wait(lambda: self.alive_workers() >= expected, f"worker {index} to register")
@@ -122,6 +124,16 @@ class StandaloneCluster:
             if cwd.startswith(work_dir) and b"CoarseGrainedExecutorBackend" in cmdline:
                 found.append(int(pid))
         return found
+
+    def executor_registered(self, index: int) -> bool:
+        """Whether an executor worker `index` launched has registered with its driver (from
+        the executor's own log in the worker's work directory)."""
+        for directory, _, files in os.walk(self.workers[index].work_dir):
+            if "stderr" in files:
+                with open(os.path.join(directory, "stderr"), errors="replace") as f:
+                    if "Successfully registered with driver" in f.read():
+                        return True
+        return False
 
     def kill_executor(self, index: int) -> list[int]:
         """SIGKILL the executors of worker `index` (the worker lives on and may start new ones)."""
@@ -159,6 +171,12 @@ class StandaloneCluster:
                 process.wait(20)
         for log in self._logs:
             log.close()
+
+
+def worker_host(index: int) -> str:
+    """Worker `index`'s own loopback address (127.0.0.2, 127.0.0.3, ...): Spark tells hosts
+    apart by address, and speculation never runs a second attempt on the host of the first."""
+    return f"127.0.0.{2 + index}"
 
 
 def _killpg(process: subprocess.Popen, sig: int) -> None:

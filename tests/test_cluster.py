@@ -21,7 +21,7 @@ from standalone import StandaloneCluster
 
 pytestmark = pytest.mark.cluster
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_jobs.py")
-KEYS = [f"key-{i}" for i in range(12)]
+KEYS = [f"key-{i}" for i in range(24)]
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,9 @@ def cluster(tmp_path_factory):
 
 
 def write_input(workdir: str, batches: int, seed: int = 1) -> list[list[str]]:
-    """One file per batch (modification times in order: the file source goes by them)."""
+    """One file per batch (modification times in order: the file source goes by them), each
+    with every key, so that every state partition has groups in every batch (a held task of
+    applyInPandasWithState runs only where there are groups)."""
     import random
 
     rng = random.Random(seed)
@@ -40,7 +42,7 @@ def write_input(workdir: str, batches: int, seed: int = 1) -> list[list[str]]:
     os.makedirs(directory, exist_ok=True)
     written = []
     for n in range(batches):
-        keys = [rng.choice(KEYS) for _ in range(rng.randint(5, 30))]
+        keys = KEYS + [rng.choice(KEYS) for _ in range(rng.randint(5, 30))]  # every group in every batch
         path = os.path.join(directory, f"{n:04d}.json")
         pd.DataFrame({"key": keys}).to_json(path + ".tmp", orient="records", lines=True)
         os.utime(path + ".tmp", (1_000_000 + n, 1_000_000 + n))
@@ -88,9 +90,11 @@ def markers(workdir: str) -> list[tuple[int, int, int, int]]:
     return found
 
 
-def wait_for(path: str, timeout: float = 300) -> str:
+def wait_for(path: str, driver: subprocess.Popen, timeout: float = 300) -> str:
+    """The content of `path` once it appears; fails at once if the driver ended first."""
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
+        assert driver.poll() is None, f"the driver ended ({driver.returncode}) before {path} appeared"
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.2)
     time.sleep(0.2)
@@ -105,7 +109,7 @@ def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluste
     workdir = str(tmp_path)
     batches = write_input(workdir, 7)
     driver = start_driver(cluster, workdir, adapter, "--hold-batch", "3", "--hold-partition", "1")
-    held_on = int(wait_for(os.path.join(workdir, "held")))
+    held_on = int(wait_for(os.path.join(workdir, "held"), driver))
     assert cluster.kill_executor(held_on), f"no executor of worker {held_on} to kill"
     open(os.path.join(workdir, "release"), "w").close()
     finish(driver, workdir)
@@ -121,10 +125,15 @@ def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluste
 def test_a_worker_lost_for_good_and_a_new_one_joining(cluster, tmp_path):
     workdir = str(tmp_path)
     batches = write_input(workdir, 6, seed=2)
-    driver = start_driver(cluster, workdir, "partition", "--hold-batch", "2", "--hold-partition", "0")
-    held_on = int(wait_for(os.path.join(workdir, "held")))
+    driver = start_driver(cluster, workdir, "partition", "--hold-batch", "2", "--hold-partition", "0",
+                          "--hold-every-attempt")
+    held_on = int(wait_for(os.path.join(workdir, "held"), driver))
     cluster.kill_worker(held_on)  # its executor and its local copies are gone with it
     joined = cluster.add_worker()
+    deadline = time.monotonic() + 300
+    while not cluster.executor_registered(joined.index):  # the retry of the task stays held meanwhile
+        assert driver.poll() is None and time.monotonic() < deadline, "no executor started on the new worker"
+        time.sleep(0.3)
     open(os.path.join(workdir, "release"), "w").close()
     finish(driver, workdir)
     assert actual_output(workdir) == expected_output(batches)
@@ -135,7 +144,7 @@ def test_the_driver_killed_and_restarted(cluster, tmp_path):
     workdir = str(tmp_path)
     batches = write_input(workdir, 6, seed=3)
     driver = start_driver(cluster, workdir, "group", "--hold-batch", "3", "--hold-partition", "2")
-    wait_for(os.path.join(workdir, "held"))
+    wait_for(os.path.join(workdir, "held"), driver)
     os.killpg(driver.pid, signal.SIGKILL)  # the driver dies in the middle of batch 3
     driver.wait()
     open(os.path.join(workdir, "release"), "w").close()
@@ -149,7 +158,7 @@ def test_speculative_attempts_of_one_partition(cluster, tmp_path):
     workdir = str(tmp_path)
     batches = write_input(workdir, 5, seed=4)
     driver = start_driver(cluster, workdir, "partition", "--speculation", "--hold-batch", "2", "--hold-partition", "3")
-    wait_for(os.path.join(workdir, "held"))
+    wait_for(os.path.join(workdir, "held"), driver)
     deadline = time.monotonic() + 300
     while not any(b == 2 and p == 3 and a > 0 for b, p, a, _ in markers(workdir)):
         assert time.monotonic() < deadline, "no speculative attempt started"
