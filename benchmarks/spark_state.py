@@ -205,6 +205,7 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100)
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--steady", action="store_true", help="steady-state mode (see benchmarks/steady_state.py)")
+    parser.add_argument("--state-size", action="store_true", help="open/prepare and RSS with 1M and 10M keys")
     parser.add_argument("--rows-per-batch", type=int, default=2_000_000, help="--steady: rows per micro-batch")
     parser.add_argument("--batches", type=int, default=5, help="--steady: measured batches after the warm-up")
     parser.add_argument("--warmup", type=int, default=1, help="--steady: warm-up batches")
@@ -213,6 +214,13 @@ def main() -> None:
     parser.add_argument("--only", default="", help="--steady: comma-separated words; run the queries whose names have one")
     parser.add_argument("--workdir", default="", help="--steady: keep input and state here (reused across runs)")
     args = parser.parse_args()
+    if args.state_size:
+        import steady_state
+
+        if args.rows_per_batch == 2_000_000:
+            args.rows_per_batch = 10_000
+        steady_state.state_size(args, _builder())
+        return
     if args.steady:
         if args.keys == 100:
             args.keys = 100_000

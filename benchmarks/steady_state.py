@@ -24,12 +24,12 @@ import os
 import shutil
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-
 from pyspark import cloudpickle
 
 from spark_statestore import Serdes
@@ -254,3 +254,84 @@ def return_rows(results: dict, task_times: dict, args: Any) -> None:
 
 if __name__ == "__main__":
     sys.exit("run benchmarks/spark_state.py --steady")
+
+
+# -- state size: 1M against 10M keys in one partition -----------------------------------------
+
+
+def big_partition(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.RecordBatch]:
+    """Running count per key; yields the worker's peak RSS during the batch (reset first)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    counts = stores["counts"]
+    for batch in batches:
+        keys = batch.column("key")
+        current = np.array([c or 0 for c in counts.get_all(keys)], dtype=np.int64)
+        counts.put_columns(keys, current + 1)
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    yield pa.RecordBatch.from_pydict(
+        {"rss_peak": [int(fields["VmHWM"].split()[0]) * 1024], "rss": [int(fields["VmRSS"].split()[0]) * 1024]}
+    )
+
+
+def state_size(args: Any, spark_builder: Any) -> None:
+    """One partition loaded with 1M and 10M distinct keys in batch 0, then small batches of
+    `--rows-per-batch` updates: per-task open and prepare times and the Python worker's
+    peak RSS of the small batches, 10M against 1M. The load runs in a Spark session of its
+    own, so the measured batches run in Python workers that never held the load's rows."""
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    workdir = tempfile.mkdtemp(prefix="bench-size-")
+    builder = (
+        spark_builder.config("spark.sql.shuffle.partitions", "1")
+        .config("spark.statestore.localDir", os.path.join(workdir, "local"))
+        .config("spark.statestore.snapshotInterval", "100")
+    )
+    results = {}
+    for keys in (1_000_000, 10_000_000):
+        inputs = os.path.join(workdir, f"input-{keys}")
+        checkpoint = os.path.join(workdir, f"checkpoint-{keys}")
+        os.makedirs(inputs)
+        rng = np.random.default_rng(3)
+        peaks: list = []
+        query = None
+        for phase, files in (("load", [0]), ("measure", range(1, 1 + args.batches))):
+            for b in files:
+                names = np.arange(keys) if b == 0 else rng.integers(0, keys, args.rows_per_batch)
+                table = pa.table({"key": pa.array([f"key-{k:09d}" for k in names])})
+                pq.write_table(table, os.path.join(inputs, f"{b:05d}.parquet"))
+                os.utime(os.path.join(inputs, f"{b:05d}.parquet"), (1_000_000 + b, 1_000_000 + b))
+            spark = builder.getOrCreate()
+            spark.sparkContext.setLogLevel("ERROR")
+            fn = partition_function(big_partition, checkpoint, KV_STORES, partitions=1, emit_changes=False)
+            frame = spark.readStream.schema("key string").option("maxFilesPerTrigger", 1).parquet(inputs)
+            query = (
+                frame.repartition(1, "key").mapInArrow(fn, "rss_peak long, rss long").writeStream
+                .foreachBatch(lambda f, b, peaks=peaks: peaks.append((b, f.collect())))
+                .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+            )
+            query.awaitTermination()
+            if phase == "measure":
+                tasks = metrics_for(spark).tasks()
+                mine = tasks[(tasks["query_id"] == str(query.id)) & (tasks["batch_id"] >= 1)]
+                small = [row for b, rows in peaks if b >= 1 for row in rows]
+                results[keys] = (
+                    mine["open_seconds"].median() * 1000,
+                    mine["prepare_seconds"].median() * 1000,
+                    max(r["rss_peak"] for r in small) / (1 << 20),
+                )
+            spark.stop()
+        print(f"{keys:,} keys: open {results[keys][0]:.1f} ms, prepare {results[keys][1]:.1f} ms, "
+              f"worker peak RSS {results[keys][2]:.0f} MiB", flush=True)
+    shutil.rmtree(workdir, ignore_errors=True)
+    from common import print_table
+
+    rows = [[f"{k:,} keys", o, p, r] for k, (o, p, r) in results.items()]
+    print(f"\none partition; batches of {args.rows_per_batch:,} updates after the keys were loaded")
+    print_table(["state", "open ms (median)", "prepare ms (median)", "worker peak RSS MiB"], rows)
+    one, ten = results[1_000_000], results[10_000_000]
+    print(f"peak RSS 10M/1M = {ten[2] / one[2]:.2f}")
+    print(f"headline: open+prepare ms 10M/1M keys per partition = {(ten[0] + ten[1]) / (one[0] + one[1]):.2f}")
