@@ -51,6 +51,21 @@ def check_value(value: Any, name: str = "value") -> bytes | None:
     raise TypeError(f"{name} must be bytes or None, got {describe(value)}")
 
 
+def check_pairs(pairs: Any) -> list[tuple[bytes, bytes | None]]:
+    """The `(key, value)` pairs of a `put_all`, every one checked before any is written."""
+    if isinstance(pairs, (bytes, str)) or not hasattr(pairs, "__iter__"):
+        raise TypeError(f"pairs must be an iterable of (key, value) tuples, got {describe(pairs)}")
+    checked = []
+    append = checked.append
+    for index, pair in enumerate(pairs):
+        try:
+            key, value = pair
+            append((check_key(key), check_value(value)))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"pairs[{index}] must be a (key, value) tuple of bytes: {e}") from None
+    return checked
+
+
 def check_time(value: Any, name: str) -> int:
     """A timestamp in milliseconds: a non-negative int (bool and float are rejected)."""
     if type(value) is not int:
@@ -137,6 +152,20 @@ def check_int(value: Any, name: str, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """A flag: True or False (not 'no', 0 or None, which read as something else)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {describe(value)}")
+    return value
+
+
+def check_instance(value: Any, kind: type, name: str, optional: bool = True) -> Any:
+    """`value` if it is a `kind` (or None when `optional`), else a TypeError naming `name`."""
+    if (value is None and optional) or isinstance(value, kind):
+        return value
+    raise TypeError(f"{name} must be a {kind.__name__}{' or None' if optional else ''}, got {describe(value)}")
 
 
 def check_seconds(value: Any, name: str) -> float:

@@ -42,6 +42,8 @@ class CachingLayer:
             raise TypeError(f"cache must be a ThreadCache, got {type(cache).__name__}: {cache!r}")
         self._inner = inner
         self._thread_cache = cache
+        if namespace is not None and (not isinstance(namespace, str) or not namespace):
+            raise TypeError(f"namespace must be a non-empty str or None, got {type(namespace).__name__}: {namespace!r}")
         self._own_namespace = namespace is None
         if namespace is None:
             namespace = f"{inner.name}#{next(_anonymous)}"

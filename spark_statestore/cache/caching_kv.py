@@ -9,7 +9,7 @@ from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, ThreadCache
 from spark_statestore.stores.api import KeyValueStore, prefix_end
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
-from spark_statestore.validation import check_key, check_value
+from spark_statestore.validation import check_key, check_pairs, check_value
 
 
 class CachingKeyValueStore(CachingLayer, KeyValueStore):
@@ -60,7 +60,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
     def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         if not self._open:
             raise self._closed()
-        for key, value in [(check_key(k), check_value(v)) for k, v in pairs]:
+        for key, value in check_pairs(pairs):
             self._named.put(key, value, True)
 
     def _merged(self, lo, hi, hi_inclusive: bool, reverse: bool, stored: Any) -> Iterator[tuple[bytes, bytes]]:

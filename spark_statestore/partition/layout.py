@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
-from spark_statestore.errors import StateStoreError
+from spark_statestore.errors import CorruptStateError, StateStoreError
 from spark_statestore.partition.specs import StoreSpec
 from spark_statestore.validation import check_int
 
@@ -36,6 +36,14 @@ class Layout:
 
     @staticmethod
     def of(stores: Sequence[StoreSpec], partitions: int | None = None) -> "Layout":
+        if isinstance(stores, (str, bytes)) or not isinstance(stores, Sequence):
+            raise TypeError(f"stores must be a list of StoreSpec, got {type(stores).__name__}: {stores!r:.100}")
+        for index, spec in enumerate(stores):
+            if not isinstance(spec, StoreSpec):
+                raise TypeError(
+                    f"stores[{index}] must be a StoreSpec (StoreSpec.key_value/window), got "
+                    f"{type(spec).__name__}: {spec!r:.100}"
+                )
         names = [s.name for s in stores]
         if len(set(names)) != len(names):
             raise ValueError(f"stores must have distinct names, got {names}")
@@ -55,19 +63,27 @@ class Layout:
 
     @staticmethod
     def from_dict(data: Any, where: str) -> "Layout":
+        """The layout recorded as `data` in `where` (a durable file or database): every field
+        checked; anything else is `CorruptStateError` naming `where` and what is wrong."""
         try:
+            if not isinstance(data, dict) or not isinstance(data.get("stores"), dict):
+                raise TypeError("it must be an object with a 'stores' object")
             stores = tuple(StoreSpec.from_dict(name, spec) for name, spec in data["stores"].items())
             partitions = data.get("partitions")
-            return Layout(stores, None if partitions is None else int(partitions))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise StateStoreError(f"{where} holds an unreadable layout {data!r}: {e}") from e
+            if partitions is not None:
+                if type(partitions) is not int:
+                    raise TypeError(f"partitions must be recorded as an int, got {partitions!r}")
+                partitions = check_int(partitions, "partitions", 1)
+            return Layout.of(stores, partitions)
+        except (TypeError, ValueError) as e:
+            raise CorruptStateError(f"{where} holds an unreadable layout {str(data)[:200]}: {e}") from None
 
     @staticmethod
     def from_json(text: str, where: str) -> "Layout":
         try:
             data = json.loads(text)
         except ValueError as e:
-            raise StateStoreError(f"{where} holds an unreadable layout: {e}") from e
+            raise CorruptStateError(f"{where} holds an unreadable layout: {e}") from None
         return Layout.from_dict(data, where)
 
     def check_against(self, recorded: "Layout", location: str, where: str) -> None:
@@ -117,6 +133,8 @@ def read_query_layout(location: str, filesystem: pafs.FileSystem | None = None) 
         raw = durable.read_bytes(QUERY_LAYOUT)
     except FileNotFoundError:
         return None
+    except OSError as e:  # a directory, say, where the file should be
+        raise CorruptStateError(f"{durable.uri(QUERY_LAYOUT)} cannot be read as a layout: {e}") from None
     return Layout.from_json(raw.decode("utf-8", "replace"), durable.uri(QUERY_LAYOUT))
 
 

@@ -70,7 +70,10 @@ class LocalPartitionDir:
 
     def wipe_db(self) -> None:
         """Remove the local database (to restore it from the durable copy)."""
-        shutil.rmtree(self.db_path, ignore_errors=True)
+        if os.path.isdir(self.db_path) and not os.path.islink(self.db_path):
+            shutil.rmtree(self.db_path, ignore_errors=True)
+        elif os.path.lexists(self.db_path):  # a file or a link where the copy should be
+            os.remove(self.db_path)
 
     def prepared_versions(self) -> list[int]:
         """Versions of the prepared changelogs kept locally."""

@@ -13,15 +13,17 @@ from typing import Any
 
 from spark_statestore.stores.rocksdb import check_store_name
 from spark_statestore.stores.window_spec import Clock, WindowSpec
-from spark_statestore.validation import describe
+from spark_statestore.serde import check_identity
+from spark_statestore.validation import check_bool, describe
 
 KEY_VALUE = "key_value"
 WINDOW = "window"
 
 
-def _serde_identity(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise TypeError(f"{name} must be a serde identity (a non-empty str), got {describe(value)}")
+def _recorded_int(value: Any, name: str) -> int:
+    """A duration recorded as int milliseconds (not a bool, a float or a string)."""
+    if type(value) is not int:
+        raise TypeError(f"{name} must be recorded as int milliseconds, got {describe(value)}")
     return value
 
 
@@ -42,9 +44,9 @@ class StoreSpec:
             check_store_name(name),
             KEY_VALUE,
             None,
-            bool(cached),
-            _serde_identity(key_serde, "key_serde"),
-            _serde_identity(value_serde, "value_serde"),
+            check_bool(cached, "cached"),
+            check_identity(key_serde, "key_serde"),
+            check_identity(value_serde, "value_serde"),
         )
 
     @staticmethod
@@ -64,9 +66,9 @@ class StoreSpec:
             check_store_name(name),
             WINDOW,
             spec,
-            bool(cached) and not spec.retain_duplicates,
-            _serde_identity(key_serde, "key_serde"),
-            _serde_identity(value_serde, "value_serde"),
+            check_bool(cached, "cached") and not spec.retain_duplicates,
+            check_identity(key_serde, "key_serde"),
+            check_identity(value_serde, "value_serde"),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -77,13 +79,33 @@ class StoreSpec:
         return out
 
     @staticmethod
-    def from_dict(name: str, data: dict[str, Any]) -> "StoreSpec":
-        window = data.get("window")
+    def from_dict(name: str, data: Any) -> "StoreSpec":
+        """The spec recorded as `data` (from a durable file: every field is checked;
+        TypeError/ValueError name what is wrong)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"store {name!r} must be recorded as an object, got {describe(data)}")
+        kind, window = data.get("kind"), data.get("window")
+        if kind not in (KEY_VALUE, WINDOW):
+            raise ValueError(f"store {name!r} has kind {kind!r}; known kinds: {KEY_VALUE!r}, {WINDOW!r}")
+        if (kind == WINDOW) != (window is not None):
+            raise ValueError(f"store {name!r} of kind {kind!r} has window parameters {window!r}")
+        spec = None
+        if window is not None:
+            if not isinstance(window, dict):
+                raise TypeError(f"the window parameters of store {name!r} must be an object, got {describe(window)}")
+            spec = WindowSpec.of(
+                name,
+                _recorded_int(window.get("retention_period"), "retention_period"),
+                _recorded_int(window.get("window_size"), "window_size"),
+                window.get("retain_duplicates"),
+                window.get("segment_interval"),
+                window.get("clock", Clock.RECORDS.value),
+            )
         return StoreSpec(
-            name,
-            data["kind"],
-            None if window is None else WindowSpec.from_dict(window),
+            check_store_name(name),
+            kind,
+            spec,
             True,
-            data.get("key_serde", "bytes"),
-            data.get("value_serde", "bytes"),
+            check_identity(data.get("key_serde", "bytes"), "key_serde"),
+            check_identity(data.get("value_serde", "bytes"), "value_serde"),
         )

@@ -95,6 +95,25 @@ _BUILTIN_IDENTITIES = {
 _TUPLE_TYPES = {"str": str, "int": int, "bytes": bytes}
 
 
+def check_identity(identity: object, name: str) -> str:
+    """`identity` if it has the form of a serde identity (a built-in name, `tuple(...)` of
+    str/int/bytes, or `module:Class`); it is resolved only when used (`serde_for`)."""
+    if not isinstance(identity, str) or not identity:
+        raise TypeError(f"{name} must be a serde identity (a non-empty str), got {type(identity).__name__}: {identity!r}")
+    if identity in _BUILTIN_IDENTITIES:
+        return identity
+    if identity.startswith("tuple(") and identity.endswith(")"):
+        if all(n in _TUPLE_TYPES for n in identity[len("tuple(") : -1].split(",")):
+            return identity
+    module, _, qualname = identity.partition(":")
+    if module and qualname and all(part.isidentifier() for part in module.split(".")) and not qualname.isspace():
+        return identity
+    raise ValueError(
+        f"{name} {identity!r} is not a serde identity: use one of {sorted(_BUILTIN_IDENTITIES)}, "
+        f"tuple(str,int,...) or 'module:Class' of a Serde subclass"
+    )
+
+
 def serde_for(identity: str) -> Serde:
     """The serde a recorded identity names: a built-in one, or `module:Class` built with no
     arguments. Identities come from durable files, so they are data: the module must be

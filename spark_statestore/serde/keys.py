@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from spark_statestore.serde.values import Serde, _int64_array, wrong_type
+from spark_statestore.serde.values import Serde, _int64_array, check_width, wrong_type
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -44,7 +44,7 @@ class Int64KeySerde(Serde):
         return (_check_int64(value, name) + _SIGN).to_bytes(8, "big")
 
     def decode(self, data: bytes) -> int:
-        return int.from_bytes(data, "big") - _SIGN
+        return int.from_bytes(check_width(data, 8, self), "big") - _SIGN
 
     def encode_many(self, values: Any, name: str = "key") -> list[bytes]:
         array = _int64_array(values)
@@ -135,9 +135,13 @@ class TupleKeySerde(Serde):
         pos = 0
         for t in self.component_types:
             if t is int:
+                if len(data) - pos < 8:
+                    raise ValueError(f"malformed tuple key: an int component at offset {pos} of {bytes(data)[:40]!r}")
                 out.append(int.from_bytes(data[pos : pos + 8], "big") - _SIGN)
                 pos += 8
             else:
                 raw, pos = unescape(data, pos)
                 out.append(raw.decode("utf-8") if t is str else raw)
+        if pos != len(data):
+            raise ValueError(f"malformed tuple key: {len(data) - pos} bytes after its components in {bytes(data)[:40]!r}")
         return tuple(out)

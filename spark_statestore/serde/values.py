@@ -155,6 +155,13 @@ class StrSerde(Serde):
         return data.decode("utf-8")
 
 
+def check_width(data: bytes, width: int, serde: Serde) -> bytes:
+    """`data` if it is `width` bytes long: stored bytes of another width were not written by `serde`."""
+    if len(data) != width:
+        raise ValueError(f"{serde.identity} data must be {width} bytes, got {len(data)}: {bytes(data)[:16]!r}")
+    return data
+
+
 class IntSerde(Serde):
     """Signed 64-bit ints, 8 bytes big-endian (two's complement)."""
 
@@ -172,7 +179,7 @@ class IntSerde(Serde):
             raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}") from None
 
     def decode(self, data: bytes) -> int:
-        return int.from_bytes(data, "big", signed=True)
+        return int.from_bytes(check_width(data, 8, self), "big", signed=True)
 
     def encode_many(self, values: Any, name: str = "value") -> list[bytes]:
         array = _int64_array(values)
@@ -203,7 +210,7 @@ class FloatSerde(Serde):
         return _DOUBLE.pack(value)
 
     def decode(self, data: bytes) -> float:
-        return _DOUBLE.unpack(data)[0]
+        return _DOUBLE.unpack(check_width(data, 8, self))[0]
 
 
 class JsonSerde(Serde):
@@ -214,7 +221,7 @@ class JsonSerde(Serde):
 
     def encode(self, value: Any, name: str = "value") -> bytes:
         try:
-            return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise TypeError(f"{name} is not JSON serializable: {value!r} ({e})") from None
 

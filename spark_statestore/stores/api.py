@@ -294,9 +294,22 @@ class WindowStore(StateStore, ABC):
         return [get(key, start) for key, start in zip(keys, window_starts)]
 
     def put_all(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
-        """Put every `(key, value, window_start)` record, in order."""
+        """Put every `(key, value, window_start)` record, in order. Every record is checked
+        first: a bad one raises (naming its index) before anything is written."""
+        checked = []
+        for index, record in enumerate(records):
+            try:
+                key, value, start = record
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"records[{index}] must be a (key, value, window_start) tuple, got {record!r:.100}"
+                ) from None
+            try:
+                checked.append(check_window_put(key, value, start))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"records[{index}]: {e}") from None
         put = self.put
-        for key, value, start in records:
+        for key, value, start in checked:
             put(key, value, start)
 
     def advance_stream_time(self, time: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator
 from spark_statestore.stores.api import KeyValueStore, prefix_end
 from spark_statestore.stores.keyspace import KeySpace, MemoryKeySpace
 from spark_statestore.stores.rocksdb import storage_error
-from spark_statestore.validation import check_key, check_value
+from spark_statestore.validation import check_key, check_pairs, check_value
 
 
 class KeySpaceKeyValueStore(KeyValueStore):
@@ -72,7 +72,7 @@ class KeySpaceKeyValueStore(KeyValueStore):
     def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         if not self._open:
             raise self._closed()
-        self._ks.put_many([(check_key(k), check_value(v)) for k, v in pairs])
+        self._ks.put_many(check_pairs(pairs))
 
     def delete(self, key: bytes) -> bytes | None:
         if not self._open:

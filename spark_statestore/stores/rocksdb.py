@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import rocksdict
 
 from spark_statestore.errors import CorruptStateError, StoreClosedError, StoreLockedError
-from spark_statestore.validation import check_int, check_name, check_seconds
+from spark_statestore.validation import check_bool, check_instance, check_int, check_name, check_seconds
 
 DEFAULT_COLUMN_FAMILY = "default"
 META_COLUMN_FAMILY = "__meta__"
@@ -144,9 +144,10 @@ class RocksDatabase:
         memory: RocksMemory | None = None,
     ) -> None:
         self.path = os.fspath(path)
-        self.wal = wal
+        self.wal = check_bool(wal, "wal")
         self.replayable = replayable
-        self.memory = memory
+        self.memory = check_instance(memory, RocksMemory, "rocks_memory")
+        write_buffer_bytes = check_int(write_buffer_bytes, "write_buffer_bytes", 1 << 16)
         if memory is not None:
             write_buffer_bytes = min(write_buffer_bytes, memory.write_buffer_bytes)
         self._options = self._make_options(write_buffer_bytes, memory)
@@ -203,6 +204,11 @@ class RocksDatabase:
             raise CorruptStateError(f"cannot read the RocksDB database at {path}: {e}") from e
 
     def _open(self, lock_timeout: float) -> tuple[rocksdict.Rdict, set[str]]:
+        if not os.path.lexists(self.path):
+            try:
+                os.makedirs(self.path)
+            except OSError as e:  # a bad path, not damaged state
+                raise ValueError(f"path {self.path!r} cannot hold a RocksDB database: {e}") from None
         deadline = time.monotonic() + lock_timeout
         delay = 0.01
         while True:

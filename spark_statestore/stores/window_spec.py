@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from spark_statestore.validation import check_int, check_name, describe, to_millis
+from spark_statestore.validation import MAX_TIME, check_int, check_name, describe, to_millis
 
 
 class Clock(enum.Enum):
@@ -75,6 +75,8 @@ class WindowSpec:
         retention = to_millis(retention_period, "retention_period")
         if retention < 0:
             raise ValueError("retention_period cannot be negative")
+        if retention > MAX_TIME:
+            raise ValueError(f"retention_period must be at most {MAX_TIME} ms, got {retention}")
         size = to_millis(window_size, "window_size")
         if size < 0:
             raise ValueError("window_size cannot be negative")
@@ -104,12 +106,3 @@ class WindowSpec:
             "clock": self.clock.value,
         }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "WindowSpec":
-        return cls(
-            int(data["retention_period"]),
-            int(data["window_size"]),
-            bool(data["retain_duplicates"]),
-            None if data.get("segment_interval") is None else int(data["segment_interval"]),
-            Clock(data.get("clock", Clock.RECORDS.value)),
-        )

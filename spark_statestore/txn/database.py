@@ -295,6 +295,11 @@ class TransactionalDatabase:
     def set_properties(self, properties: Mapping[str, str]) -> None:
         """Write properties now, outside the transaction (durable at the next flush)."""
         self._check_open()
+        if not isinstance(properties, Mapping):
+            raise TypeError(f"properties must be a mapping of str to str, got {describe(properties)}")
+        for name, value in properties.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise TypeError(f"properties must map str to str, got {name!r}: {describe(value)}")
         for name, value in properties.items():
             self._meta.put(_property_key(name), value.encode("utf-8"))
 
@@ -402,6 +407,10 @@ class TransactionalDatabase:
         """A read-only view of one of this database's stores."""
         self._check_open()
         isolation = IsolationLevel.parse(isolation)
+        if not any(store is mine for mine in self._stores.values()):
+            raise ValueError(
+                f"store must be a store of this database ({self.path}: {sorted(self._stores)}), got {describe(store)}"
+            )
         keyspace: Any = store.keyspace
         if isolation is IsolationLevel.READ_COMMITTED:
             keyspace = LockedKeySpace(keyspace.committed, self._lock)
