@@ -161,6 +161,8 @@ def test_partition_state_arguments(tmp_path, change, error, match):
     (lambda: StoreSpec.key_value("s", cached="no"), TypeError, r"cached must be True or False, got str: 'no'"),
     (lambda: StoreSpec.window("w", 100, 10, cached=1), TypeError, r"cached must be True or False, got int: 1"),
     (lambda: StoreSpec.window("w", 10**30, 10), ValueError, r"retention_period must be at most \d+ ms, got 10{30}"),
+    (lambda: StoreSpec.window("w", 100, 10, segment_interval=2**70), ValueError,
+     rf"segment_interval must be at most \d+ ms, got {2**70}"),
     (lambda: Stores.caching(Stores.in_memory_key_value_store("m"), ThreadCache(100), namespace=1), TypeError,
      r"namespace must be a non-empty str or None, got int: 1"),
 ])

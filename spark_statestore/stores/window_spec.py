@@ -89,6 +89,8 @@ class WindowSpec:
             raise TypeError(f"retain_duplicates must be a bool, got {describe(retain_duplicates)}")
         if segment_interval is not None:
             segment_interval = check_int(to_millis(segment_interval, "segment_interval"), "segment_interval", 1)
+            if segment_interval > MAX_TIME:
+                raise ValueError(f"segment_interval must be at most {MAX_TIME} ms, got {segment_interval}")
         return cls(retention, size, retain_duplicates, segment_interval, Clock.parse(clock))
 
     @property
