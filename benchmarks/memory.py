@@ -54,10 +54,10 @@ def child_cache(budget: int, value_bytes: int) -> dict:
     cache = ThreadCache(budget)
     named = cache.named_cache("store")
     named.listener = lambda entries: None  # flushed entries go nowhere: only the cache is measured
-    value = b"v" * value_bytes
+    pad = b"v" * (value_bytes - 8)
     base = _reset_peak()
     for i in range(3 * budget // (16 + value_bytes)):
-        named.put(b"%08d" % i, value, True)
+        named.put(b"%08d" % i, b"%08d" % i + pad, True)  # a value object of its own, as real records have
     return {"growth": _status("VmHWM") - base, "budget": budget, "entries": len(named)}
 
 
@@ -67,10 +67,10 @@ def child_transaction(limit: int, rocks: int, total: int, path: str) -> dict:
 
     db = TransactionalDatabase(path, uncommitted_max_bytes=limit, rocks_memory=RocksMemory(rocks))
     kv = db.key_value_store("kv")
-    value = b"v" * 100
+    pad = b"v" * 88
     base = _reset_peak()
-    for i in range(total // (16 + len(value))):
-        kv.put(b"key-%012d" % i, value)
+    for i in range(total // (16 + 100)):
+        kv.put(b"key-%012d" % i, b"%012d" % i + pad)  # a distinct 100-byte value object per record
     db.commit({"txn": 1})
     growth = _status("VmHWM") - base
     db.close()

@@ -7,14 +7,14 @@ from __future__ import annotations
 import sys
 
 _HEADER = sys.getsizeof(b"")  # 33 bytes of object header on 64-bit CPython
-_SMALL = 512  # objects up to this size come from pymalloc, in 8-byte steps
+_SMALL = 512  # objects up to this size come from pymalloc, in 16-byte steps (CPython 3.8+)
 
 
 def bytes_cost(length: int) -> int:
     """Memory of a `bytes` object of `length` bytes."""
     size = _HEADER + length
     if size <= _SMALL:
-        return (size + 7) & ~7
+        return (size + 15) & ~15
     return size + 16  # malloc's own header
 
 
