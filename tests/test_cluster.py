@@ -119,7 +119,8 @@ def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluste
     for batch, partition, _, worker in ran:
         workers_of[partition].add(worker)
     assert any(len(w) > 1 for w in workers_of.values()), f"no partition ever moved: {dict(workers_of)}"
-    assert any(b == 3 and p == 1 and a > 0 for b, p, a, _ in ran), "the killed task never ran again"
+    # ran again: a later attempt, or attempt 0 of a resubmitted stage (the lost executor's shuffle output)
+    assert sum(1 for b, p, _, _ in ran if (b, p) == (3, 1)) >= 2, "the killed task never ran again"
 
 
 def test_a_worker_lost_for_good_and_a_new_one_joining(cluster, tmp_path):
@@ -160,7 +161,7 @@ def test_speculative_attempts_of_one_partition(cluster, tmp_path):
     driver = start_driver(cluster, workdir, "partition", "--speculation", "--hold-batch", "2", "--hold-partition", "3")
     wait_for(os.path.join(workdir, "held"), driver)
     deadline = time.monotonic() + 300
-    while not any(b == 2 and p == 3 and a > 0 for b, p, a, _ in markers(workdir)):
+    while sum(1 for b, p, _, _ in markers(workdir) if (b, p) == (2, 3)) < 2:
         assert time.monotonic() < deadline, "no speculative attempt started"
         time.sleep(0.3)
     open(os.path.join(workdir, "release"), "w").close()  # the first attempt goes on too
