@@ -427,7 +427,8 @@ def test_restarted_query_is_still_wakeable_and_stop_while_waiting_returns(sessio
     started = time.monotonic()
     query.stop()  # it is waiting for a trigger 100 years away
     assert time.monotonic() - started < 30 and not query.isActive
-    assert query_trigger(session, query.id) is None  # forgotten with its run
+    # forgotten with its run (the listener hears of the termination on Spark's listener bus, after stop returns)
+    wait_until(lambda: query_trigger(session, query.id) is None, what="the stopped run forgotten")
     assert wake(session, query.id) is False
 
     stream.add("b")
