@@ -24,14 +24,6 @@ from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, Transac
 from spark_statestore.validation import check_name
 
 
-def _check_path(path: Any) -> str:
-    if path is None:
-        raise TypeError("path cannot be None")
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}: {path!r}")
-    return os.fspath(path)
-
-
 class Stores:
     """Factories for key-value and window stores."""
 
@@ -68,7 +60,7 @@ class Stores:
         """A RocksDB directory for several stores that commit together
         (`db.key_value_store(name)`, `db.window_store(...)`, `db.commit(offsets)`)."""
         return TransactionalDatabase(
-            _check_path(path), wal=wal, uncommitted_max_bytes=uncommitted_max_bytes, lock_timeout=lock_timeout
+            path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes, lock_timeout=lock_timeout
         )
 
     @staticmethod

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import datetime
 import operator
-from typing import Any
+import os
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
+T = TypeVar("T")
 MAX_TIME = 2**63 - 1
 
 
@@ -51,19 +54,50 @@ def check_value(value: Any, name: str = "value") -> bytes | None:
     raise TypeError(f"{name} must be bytes or None, got {describe(value)}")
 
 
-def check_pairs(pairs: Any) -> list[tuple[bytes, bytes | None]]:
-    """The `(key, value)` pairs of a `put_all`, every one checked before any is written."""
-    if isinstance(pairs, (bytes, str)) or not hasattr(pairs, "__iter__"):
-        raise TypeError(f"pairs must be an iterable of (key, value) tuples, got {describe(pairs)}")
-    checked = []
-    append = checked.append
-    for index, pair in enumerate(pairs):
+def check_iterable(value: Any, name: str, items: str) -> Any:
+    """`value` if it can be iterated over as a collection of `items` (not text or bytes)."""
+    if isinstance(value, (bytes, str)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be an iterable of {items}, got {describe(value)}")
+    return value
+
+
+def iter_checked(items: Any, name: str, fields: tuple[str, ...], check: Callable[..., T]) -> Iterator[T]:
+    """`check(*item)` of every item of a bulk operation, in order; an item that is not a
+    tuple of `fields`, or that `check` refuses, raises naming `name[index]` and the value."""
+    width = len(fields)
+    shape = f"({', '.join(fields)}) tuple"
+    for index, item in enumerate(check_iterable(items, name, f"{shape}s")):
+        if type(item) is not tuple or len(item) != width:
+            try:
+                parts = tuple(item)
+            except TypeError:
+                parts = ()
+            if len(parts) != width:
+                raise TypeError(f"{name}[{index}] must be a {shape}, got {describe(item)}")
+            item = parts
         try:
-            key, value = pair
-            append((check_key(key), check_value(value)))
+            yield check(*item)
         except (TypeError, ValueError) as e:
-            raise type(e)(f"pairs[{index}] must be a (key, value) tuple of bytes: {e}") from None
-    return checked
+            raise (ValueError if isinstance(e, ValueError) else TypeError)(f"{name}[{index}]: {e}") from None
+
+
+def check_items(items: Any, name: str, fields: tuple[str, ...], check: Callable[..., T]) -> list[T]:
+    """Every item of a bulk write checked (see `iter_checked`) before any is written."""
+    return list(iter_checked(items, name, fields, check))
+
+
+def check_pair(key: Any, value: Any) -> tuple[bytes, bytes | None]:
+    """A key and a value to write (fast when they are well typed)."""
+    if type(key) is not bytes:
+        key = check_key(key)
+    if value is not None and type(value) is not bytes:
+        value = check_value(value)
+    return key, value
+
+
+def check_pairs(pairs: Any) -> list[tuple[bytes, bytes | None]]:
+    """The `(key, value)` pairs of a key-value `put_all`, every one checked first."""
+    return check_items(pairs, "pairs", ("key", "value"), check_pair)
 
 
 def check_time(value: Any, name: str) -> int:
@@ -113,6 +147,24 @@ def check_time_range(time_from: Any, time_to: Any) -> tuple[int, int]:
     return time_from, time_to
 
 
+def check_window_records(records: Any) -> list[tuple[bytes, bytes | None, int]]:
+    """The `(key, value, window_start)` records of a window `put_all`, every one checked first."""
+    return check_items(records, "records", ("key", "value", "window_start"), check_window_put)
+
+
+def check_window_columns(keys: Any, window_starts: Any) -> list[tuple[bytes, int]]:
+    """The keys and window starts of a window `get_all` (two sequences of equal length), checked."""
+    if not hasattr(keys, "__len__") or isinstance(keys, (bytes, str)):
+        raise TypeError(f"keys must be a list of bytes, got {describe(keys)}")
+    if not hasattr(window_starts, "__len__") or isinstance(window_starts, (bytes, str)):
+        raise TypeError(f"window_starts must be a list of int, got {describe(window_starts)}")
+    if len(keys) != len(window_starts):
+        raise ValueError(
+            f"keys and window_starts must have the same length, got {len(keys)} and {len(window_starts)}"
+        )
+    return [check_window_get(k, s) for k, s in zip(keys, window_starts)]
+
+
 def to_millis(duration: Any, name: str) -> int:
     """A duration given as int milliseconds or `datetime.timedelta`, as int milliseconds.
 
@@ -141,6 +193,20 @@ def check_name(name: Any) -> str:
     if not name:
         raise ValueError("name must not be empty, got ''")
     return name
+
+
+def check_path(path: Any, name: str = "path") -> str:
+    """A local filesystem path: a non-empty str or `os.PathLike` without NUL characters."""
+    if path is None:
+        raise TypeError(f"{name} cannot be None")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {describe(path)}")
+    path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"{name} must be a str path, got {describe(path)}")
+    if not path or "\x00" in path:
+        raise ValueError(f"{name} must be a non-empty path without NUL characters, got {path!r}")
+    return path
 
 
 def check_int(value: Any, name: str, minimum: int | None = None) -> int:

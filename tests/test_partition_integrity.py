@@ -262,7 +262,7 @@ def test_database_argument_errors_name_the_parameter(tmp_path):
     with pytest.raises(ValueError, match="name must not contain NUL"):
         db.key_value_store("a\x00b")
     kv = db.key_value_store("kv")
-    with pytest.raises(ValueError, match="offset name must be valid Unicode"):
+    with pytest.raises(ValueError, match="offsets key must be valid Unicode"):
         db.commit({"\udc80": 1})
     with pytest.raises(TypeError, match="offsets keys must be str"):
         db.commit({1: 1})

@@ -82,7 +82,7 @@ class Layout:
     def from_json(text: str, where: str) -> "Layout":
         try:
             data = json.loads(text)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: nested too deep to be a layout
             raise CorruptStateError(f"{where} holds an unreadable layout: {e}") from None
         return Layout.from_dict(data, where)
 

@@ -36,9 +36,16 @@ class LocalPartitionDir:
         return os.path.join(self.changelog_dir, f"{version}.changelog")
 
     def lock(self, timeout: float) -> None:
-        """Take the partition's exclusive lock, waiting up to `timeout` seconds."""
+        """Take the partition's exclusive lock, waiting up to `timeout` seconds. A file where
+        the copy's directory or one of its subdirectories should be, or a directory where
+        the lock file should be, is removed: the copy is a cache of the durable state."""
+        _discard_unless_directory(os.path.dirname(self.root))
+        _discard_unless_directory(self.root)
         os.makedirs(self.root, exist_ok=True)
-        fd = os.open(os.path.join(self.root, "LOCK"), os.O_CREAT | os.O_RDWR, 0o644)
+        lock_path = os.path.join(self.root, "LOCK")
+        if os.path.isdir(lock_path):
+            shutil.rmtree(lock_path, ignore_errors=True)  # never a lock file another opener holds
+        fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
         deadline = time.monotonic() + max(timeout, 0.0)
         delay = 0.01
         while True:
@@ -46,6 +53,8 @@ class LocalPartitionDir:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 self._lock_fd = fd
                 os.utime(fd)  # when this copy was last used (see `sweep_idle_copies`)
+                _discard_unless_directory(self.changelog_dir)
+                _discard_unless_directory(self.snapshot_dir)
                 return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -69,11 +78,9 @@ class LocalPartitionDir:
         return self._lock_fd is not None
 
     def wipe_db(self) -> None:
-        """Remove the local database (to restore it from the durable copy)."""
-        if os.path.isdir(self.db_path) and not os.path.islink(self.db_path):
-            shutil.rmtree(self.db_path, ignore_errors=True)
-        elif os.path.lexists(self.db_path):  # a file or a link where the copy should be
-            os.remove(self.db_path)
+        """Remove the local database (to restore it from the durable copy), or whatever
+        file or link is where it should be."""
+        _discard(self.db_path)
 
     def prepared_versions(self) -> list[int]:
         """Versions of the prepared changelogs kept locally."""
@@ -87,6 +94,26 @@ class LocalPartitionDir:
         try:
             os.remove(self.changelog(version))
         except FileNotFoundError:
+            pass
+
+
+def _discard(path: str) -> None:
+    """Remove what is at `path`: a directory tree, or a file or link itself (not its target)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+def _discard_unless_directory(path: str) -> None:
+    """Remove a file (or a dangling link) where a directory should be."""
+    if not os.path.isdir(path):
+        try:
+            os.remove(path)
+        except OSError:  # nothing there, or another opener made the directory meanwhile
             pass
 
 

@@ -45,7 +45,14 @@ from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
 from spark_statestore.stores.rocksdb import RocksMemory, verify_database
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
-from spark_statestore.validation import check_instance, check_int, check_seconds
+from spark_statestore.validation import (
+    check_bool,
+    check_instance,
+    check_int,
+    check_iterable,
+    check_path,
+    check_seconds,
+)
 
 OnChanges = Callable[[str, "list[Change]"], Any]
 
@@ -76,18 +83,14 @@ class PartitionState:
     ) -> None:
         self.partition = check_int(partition, "partition", 0)
         self.uncommitted_max_bytes = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
-        if isinstance(stores, (str, bytes)) or not hasattr(stores, "__iter__"):
-            raise TypeError(f"stores must be a list of StoreSpec, got {type(stores).__name__}: {stores!r:.100}")
-        self.layout = Layout.of(list(stores), partitions)
+        self.layout = Layout.of(list(check_iterable(stores, "stores", "StoreSpec")), partitions)
         if self.layout.partitions is not None and self.partition >= self.layout.partitions:
             raise ValueError(f"partition {self.partition} is out of range for {self.layout.partitions} partitions")
-        if cache is not None and not isinstance(cache, ThreadCache):
-            raise TypeError(f"cache must be a ThreadCache or None, got {type(cache).__name__}: {cache!r}")
+        check_instance(cache, ThreadCache, "cache")
         check_instance(filesystem, pafs.FileSystem, "filesystem")
         check_instance(uploader, Uploader, "uploader")
         check_instance(rocks_memory, RocksMemory, "rocks_memory")
-        if not isinstance(local_dir, (str, os.PathLike)) or not os.fspath(local_dir):
-            raise TypeError(f"local_dir must be a non-empty path (str), got {type(local_dir).__name__}: {local_dir!r}")
+        local_dir = check_path(local_dir, "local_dir")
         if on_changes is not None and not callable(on_changes):
             raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
         self.checkpoint_location = checkpoint_location
@@ -99,7 +102,7 @@ class PartitionState:
         self.on_changes = on_changes
         self.lock_timeout = check_seconds(lock_timeout, "lock_timeout")
         self.apply_chunk_bytes = check_int(apply_chunk_bytes, "apply_chunk_bytes", 1)
-        self.every_batch = bool(every_batch)
+        self.every_batch = check_bool(every_batch, "every_batch")
         self.snapshots = SnapshotSchedule(
             self.durable,
             self.local,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from spark_statestore.serde.values import Serde, _int64_array, check_width, wrong_type
+from spark_statestore.serde.values import Serde, _int64_array, check_width, malformed, wrong_type
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -133,15 +133,18 @@ class TupleKeySerde(Serde):
     def decode(self, data: bytes) -> tuple:
         out = []
         pos = 0
-        for t in self.component_types:
-            if t is int:
-                if len(data) - pos < 8:
-                    raise ValueError(f"malformed tuple key: an int component at offset {pos} of {bytes(data)[:40]!r}")
-                out.append(int.from_bytes(data[pos : pos + 8], "big") - _SIGN)
-                pos += 8
-            else:
-                raw, pos = unescape(data, pos)
-                out.append(raw.decode("utf-8") if t is str else raw)
-        if pos != len(data):
-            raise ValueError(f"malformed tuple key: {len(data) - pos} bytes after its components in {bytes(data)[:40]!r}")
+        try:
+            for t in self.component_types:
+                if t is int:
+                    if len(data) - pos < 8:
+                        raise ValueError(f"an int component at offset {pos} is cut short")
+                    out.append(int.from_bytes(data[pos : pos + 8], "big") - _SIGN)
+                    pos += 8
+                else:
+                    raw, pos = unescape(data, pos)
+                    out.append(raw.decode("utf-8") if t is str else raw)
+            if pos != len(data):
+                raise ValueError(f"{len(data) - pos} bytes after its components")
+        except ValueError as e:  # UnicodeDecodeError too
+            raise malformed(self, data, e) from None
         return tuple(out)

@@ -152,13 +152,21 @@ class StrSerde(Serde):
         return super().encode_many(values, name)
 
     def decode(self, data: bytes) -> str:
-        return data.decode("utf-8")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise malformed(self, data, e) from None
+
+
+def malformed(serde: Serde, data: bytes, problem: object) -> ValueError:
+    """The error for stored bytes that `serde` did not write: names the serde and the bytes."""
+    return ValueError(f"serde {serde.identity} cannot decode data {bytes(data)[:40]!r}: {problem}")
 
 
 def check_width(data: bytes, width: int, serde: Serde) -> bytes:
     """`data` if it is `width` bytes long: stored bytes of another width were not written by `serde`."""
     if len(data) != width:
-        raise ValueError(f"{serde.identity} data must be {width} bytes, got {len(data)}: {bytes(data)[:16]!r}")
+        raise malformed(serde, data, f"it must be {width} bytes, got {len(data)}")
     return data
 
 
@@ -222,11 +230,16 @@ class JsonSerde(Serde):
     def encode(self, value: Any, name: str = "value") -> bytes:
         try:
             return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"{name} is not JSON serializable: {value!r} ({e})") from None
+        except TypeError as e:
+            raise TypeError(f"{name} is not JSON serializable: {value!r:.100} ({e})") from None
+        except ValueError as e:  # NaN or infinity (not JSON), a circular reference
+            raise ValueError(f"{name} cannot be written as JSON: {value!r:.100} ({e})") from None
 
     def decode(self, data: bytes) -> Any:
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except ValueError as e:
+            raise malformed(self, data, e) from None
 
 
 class PickleSerde(Serde):
@@ -242,7 +255,10 @@ class PickleSerde(Serde):
             raise TypeError(f"{name} cannot be pickled: {_typename(value)} ({e})") from None
 
     def decode(self, data: bytes) -> Any:
-        return pickle.loads(data)
+        try:
+            return pickle.loads(data)
+        except (pickle.UnpicklingError, EOFError) as e:
+            raise malformed(self, data, e) from None
 
 
 class ArrowSerde(Serde):
@@ -264,4 +280,7 @@ class ArrowSerde(Serde):
     def decode(self, data: bytes) -> Any:
         import pyarrow as pa
 
-        return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        try:
+            return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        except pa.ArrowInvalid as e:
+            raise malformed(self, data, e) from None

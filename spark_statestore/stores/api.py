@@ -19,11 +19,15 @@ from spark_statestore.stores.window_spec import Clock, WindowSpec
 from spark_statestore.validation import (
     MAX_TIME,
     check_bound,
+    check_iterable,
     check_key,
+    check_pairs,
     check_time,
     check_time_range,
+    check_window_columns,
     check_window_get,
     check_window_put,
+    check_window_records,
 )
 
 log = logging.getLogger("spark_statestore.stores")
@@ -155,15 +159,15 @@ class KeyValueStore(StateStore, ABC):
         return previous
 
     def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """Put every `(key, value)` pair, in order."""
+        """Put every `(key, value)` pair, in order; every pair is checked before any is written."""
         put = self.put
-        for key, value in pairs:
+        for key, value in check_pairs(pairs):
             put(key, value)
 
     def get_all(self, keys: Iterable[bytes]) -> list[bytes | None]:
         """The values of many keys at once (None where absent), in the order given."""
         get = self.get
-        return [get(key) for key in keys]
+        return [get(key) for key in check_iterable(keys, "keys", "bytes keys")]
 
     def delete(self, key: bytes) -> bytes | None:
         """Remove `key`; returns the value it had."""
@@ -288,28 +292,14 @@ class WindowStore(StateStore, ABC):
 
     def get_all(self, keys: list[bytes], window_starts: list[int]) -> list[bytes | None]:
         """The values of many (key, window start) pairs, in the order given."""
-        if len(keys) != len(window_starts):
-            raise ValueError(f"keys and window_starts must have the same length, got {len(keys)} and {len(window_starts)}")
         get = self.get
-        return [get(key, start) for key, start in zip(keys, window_starts)]
+        return [get(key, start) for key, start in check_window_columns(keys, window_starts)]
 
     def put_all(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
         """Put every `(key, value, window_start)` record, in order. Every record is checked
         first: a bad one raises (naming its index) before anything is written."""
-        checked = []
-        for index, record in enumerate(records):
-            try:
-                key, value, start = record
-            except (TypeError, ValueError):
-                raise TypeError(
-                    f"records[{index}] must be a (key, value, window_start) tuple, got {record!r:.100}"
-                ) from None
-            try:
-                checked.append(check_window_put(key, value, start))
-            except (TypeError, ValueError) as e:
-                raise type(e)(f"records[{index}]: {e}") from None
         put = self.put
-        for key, value, start in checked:
+        for key, value, start in check_window_records(records):
             put(key, value, start)
 
     def advance_stream_time(self, time: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Iterator
 from spark_statestore.stores.api import KeyValueStore, prefix_end
 from spark_statestore.stores.keyspace import KeySpace, MemoryKeySpace
 from spark_statestore.stores.rocksdb import storage_error
-from spark_statestore.validation import check_key, check_pairs, check_value
+from spark_statestore.validation import check_iterable, check_key, check_pairs, check_value
 
 
 class KeySpaceKeyValueStore(KeyValueStore):
@@ -53,6 +53,7 @@ class KeySpaceKeyValueStore(KeyValueStore):
     def get_all(self, keys: Iterable[bytes]) -> list[bytes | None]:
         if not self._open:
             raise self._closed()
+        keys = check_iterable(keys, "keys", "bytes keys")
         checked = [k if type(k) is bytes else check_key(k) for k in keys]
         try:
             return self._ks.get_many(checked) if checked else []

@@ -29,7 +29,7 @@ from spark_statestore.stores.keyspace import KeySpace
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
 from spark_statestore.stores.rocksdb import storage_error
 from spark_statestore.stores.window_spec import WindowSpec
-from spark_statestore.validation import check_window_get
+from spark_statestore.validation import check_window_columns
 
 _STREAM_TIME_KEY = b"\xff\x01stream_time"
 _SEQUENCE_KEY = b"\xff\x02sequence"
@@ -123,9 +123,7 @@ class RocksDBWindowStore(WindowStore):
             return super().get_all(keys, window_starts)
         if not self._open:
             raise self._closed()
-        if len(keys) != len(window_starts):
-            raise ValueError(f"keys and window_starts must have the same length, got {len(keys)} and {len(window_starts)}")
-        checked = [check_window_get(k, s) for k, s in zip(keys, window_starts)]
+        checked = check_window_columns(keys, window_starts)
         try:
             values = self._ks.get_many([ws_bytes(s) + k for k, s in checked]) if checked else []
         except Exception as e:

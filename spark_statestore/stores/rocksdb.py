@@ -27,7 +27,14 @@ from typing import Any, Iterator
 import rocksdict
 
 from spark_statestore.errors import CorruptStateError, StoreClosedError, StoreLockedError
-from spark_statestore.validation import check_bool, check_instance, check_int, check_name, check_seconds
+from spark_statestore.validation import (
+    check_bool,
+    check_instance,
+    check_int,
+    check_name,
+    check_path,
+    check_seconds,
+)
 
 DEFAULT_COLUMN_FAMILY = "default"
 META_COLUMN_FAMILY = "__meta__"
@@ -143,9 +150,9 @@ class RocksDatabase:
         replayable: bool = False,
         memory: RocksMemory | None = None,
     ) -> None:
-        self.path = os.fspath(path)
+        self.path = check_path(path)
         self.wal = check_bool(wal, "wal")
-        self.replayable = replayable
+        self.replayable = check_bool(replayable, "replayable")
         self.memory = check_instance(memory, RocksMemory, "rocks_memory")
         write_buffer_bytes = check_int(write_buffer_bytes, "write_buffer_bytes", 1 << 16)
         if memory is not None:
@@ -185,6 +192,10 @@ class RocksDatabase:
             return []
         if not os.path.isdir(path):
             raise CorruptStateError(f"state path {path} exists but is not a directory")
+        if os.path.isdir(os.path.join(path, "LOCK")):  # RocksDB would say another opener holds it
+            raise CorruptStateError(
+                f"RocksDB database at {path} has a directory where its LOCK file should be"
+            )
         entries = [e for e in os.listdir(path) if e != "LOCK"]
         if not entries:
             return []
@@ -259,18 +270,31 @@ class RocksDatabase:
         return set(self._names)
 
     def register_store(self, name: str, spec: dict) -> None:
-        """Record what kind of store column family `name` holds; refuse to reopen it differently."""
+        """Record what kind of store column family `name` holds; refuse to reopen it differently.
+        A record without some of `spec`'s fields (written before they were recorded) is
+        completed with them."""
         meta = self.column_family(META_COLUMN_FAMILY)
         key = b"store:" + name.encode("utf-8")
         stored = meta.get(key)
-        if stored is None:
-            meta.put(key, json.dumps(spec, sort_keys=True).encode("utf-8"))
-            return
-        existing = json.loads(stored)
-        if existing != spec:
+        existing = {} if stored is None else self._store_record(name, stored)
+        differs = any(existing.get(field, value) != value for field, value in spec.items())
+        if differs or existing.keys() - spec.keys():
             raise ValueError(
                 f"store {name!r} in {self.path} was created as {existing}; cannot open it as {spec}"
             )
+        if existing != spec:
+            meta.put(key, json.dumps(spec, sort_keys=True).encode("utf-8"))
+
+    def _store_record(self, name: str, stored: bytes) -> dict:
+        try:
+            record = json.loads(stored)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            raise CorruptStateError(
+                f"the record of store {name!r} in {self.path} is unreadable: {stored[:100]!r}"
+            )
+        return record
 
     def handle(self, name: str) -> Any:
         """A column-family handle for `WriteBatch` operations (do not keep it)."""

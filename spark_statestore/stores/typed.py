@@ -15,6 +15,7 @@ from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
 from spark_statestore.serde.values import as_list
 from spark_statestore.stores.api import KeyValueStore, Windowed, WindowStore
 from spark_statestore.stores.iterators import StoreIterator
+from spark_statestore.validation import check_items
 
 
 def _decoded(source: StoreIterator, decode_item) -> StoreIterator:
@@ -115,7 +116,11 @@ class TypedKeyValueStore(_Typed):
         return self._decode_value(self.store.put_if_absent(self._ek(key), self._encode_value(value)))
 
     def put_all(self, pairs: Iterable[tuple[Any, Any]]) -> None:
-        self.store.put_all([(self._ek(k), self._encode_value(v)) for k, v in pairs])
+        """Put every `(key, value)` pair; every one is encoded before any is written."""
+        self.store.put_all(check_items(pairs, "pairs", ("key", "value"), self._encode_pair))
+
+    def _encode_pair(self, key: Any, value: Any) -> tuple[bytes, bytes | None]:
+        return self._ek(key), self._encode_value(value)
 
     def get_all(self, keys: Any) -> list[Any]:
         """The values of many keys (a list, numpy array, pandas Series or Arrow array)."""
@@ -169,6 +174,15 @@ class TypedWindowStore(_Typed):
 
     def get(self, key: Any, window_start: int) -> Any:
         return self._decode_value(self.store.get(self._ek(key), window_start))
+
+    def put_all(self, records: Iterable[tuple[Any, Any, int]]) -> None:
+        """Put every `(key, value, window_start)` record; every one is encoded (and then
+        checked by the store) before any is written."""
+        fields = ("key", "value", "window_start")
+        self.store.put_all(check_items(records, "records", fields, self._encode_record))
+
+    def _encode_record(self, key: Any, value: Any, window_start: int) -> tuple[bytes, bytes | None, int]:
+        return self._ek(key), self._encode_value(value), window_start
 
     def get_all(self, keys: Any, window_starts: Any) -> list[Any]:
         """The values of many (key, window start) pairs, given as two columns."""

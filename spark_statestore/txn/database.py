@@ -49,7 +49,15 @@ from spark_statestore.txn.views import (
     LockedKeySpace,
     ReadOnlyView,
 )
-from spark_statestore.validation import check_int, check_name, describe
+from spark_statestore.validation import (
+    check_int,
+    check_items,
+    check_iterable,
+    check_key,
+    check_name,
+    check_pair,
+    describe,
+)
 
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 << 20
 _MARKER_KEY = b"txn:commit-marker"
@@ -81,8 +89,20 @@ def _offset_key(name: str) -> bytes:
     return _OFFSET_PREFIX + _utf8(name, "offset name")
 
 
-def _property_key(name: str) -> bytes:
-    return _PROPERTY_PREFIX + _utf8(name, "property name")
+def _property_key(name: Any, what: str = "property name") -> bytes:
+    return _PROPERTY_PREFIX + _utf8(name, what)
+
+
+def _property_entries(properties: Any) -> dict[bytes, bytes]:
+    """`properties` (a mapping of str to str) as metadata entries, every one checked first."""
+    if not isinstance(properties, Mapping):
+        raise TypeError(f"properties must be a mapping of str to str, got {describe(properties)}")
+    entries = {}
+    for name, value in properties.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"properties must map str to str, got {name!r}: {describe(value)}")
+        entries[_property_key(name, "properties key")] = _utf8(value, f"properties[{name!r}]")
+    return entries
 
 
 def check_offsets(offsets: Any) -> dict[str, int]:
@@ -95,24 +115,50 @@ def check_offsets(offsets: Any) -> dict[str, int]:
     for name, value in offsets.items():
         if not isinstance(name, str):
             raise TypeError(f"offsets keys must be str, got {type(name).__name__}: {name!r}")
-        _offset_key(name)
+        _utf8(name, "offsets key")
         if type(value) is not int or not -(2**63) <= value < 2**63:
             raise TypeError(f"offsets[{name!r}] must be a 64-bit int, got {type(value).__name__}: {value!r}")
         out[name] = value
     return out
 
 
+def _check_range(lo: Any, hi: Any) -> tuple[bytes, bytes]:
+    return check_key(lo, "lo"), check_key(hi, "hi")
+
+
+def _check_ranges(ranges: Any) -> dict[str, list[tuple[bytes, bytes]]]:
+    """The range deletions of a replay: store name to `(lo, hi)` byte pairs."""
+    if not isinstance(ranges, Mapping):
+        raise TypeError(f"ranges must be a mapping of store name to (lo, hi) pairs, got {describe(ranges)}")
+    return {
+        check_store_name(name): check_items(spans, f"ranges[{name!r}]", ("lo", "hi"), _check_range)
+        for name, spans in ranges.items()
+    }
+
 
 def _store_entries(entries: Entries) -> Iterator[tuple[str, bytes, bytes | None]]:
-    """`entries`, each store name checked once (a replay writes to stores only, never to
-    the reserved column families)."""
+    """`entries`, each checked as it is written (a replay streams them, from changelogs
+    mostly: well-typed entries cost one test each): store names once (a replay writes to
+    stores only, never to the reserved column families), keys and values."""
     checked: set[str] = set()
-    for entry in entries:
-        name = entry[0]
+    for index, entry in enumerate(check_iterable(entries, "entries", "(store, key, value) tuples")):
+        try:
+            name, key, value = entry
+        except (TypeError, ValueError):
+            raise TypeError(f"entries[{index}] must be a (store, key, value) tuple, got {describe(entry)}") from None
         if name not in checked:
-            check_store_name(name)
+            try:
+                check_store_name(name)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"entries[{index}]: {e}") from None
             checked.add(name)
+        if type(key) is not bytes or (value is not None and type(value) is not bytes):
+            try:
+                entry = (name, *check_pair(key, value))
+            except TypeError as e:
+                raise TypeError(f"entries[{index}]: {e}") from None
         yield entry
+
 
 class TransactionalDatabase:
     """Stores in one RocksDB directory, committed together (see module docstring)."""
@@ -192,7 +238,13 @@ class TransactionalDatabase:
 
     def window_store_of(self, name: str, spec: WindowSpec, on_close: Any = None) -> TransactionalWindowStore:
         """The transactional window store `name` with a checked `WindowSpec`."""
-        kind = {"kind": "window", "retain_duplicates": spec.retain_duplicates, "window_size": spec.window_size}
+        kind = {
+            "kind": "window",
+            "retain_duplicates": spec.retain_duplicates,
+            "window_size": spec.window_size,
+            # a longer retention would bring back expired records not yet deleted
+            "retention_period": spec.retention_period,
+        }
         keyspace = self._new_keyspace(name, kind)
         store = TransactionalWindowStore(name, keyspace, self, spec, on_close)
         self._stores[name] = store
@@ -276,11 +328,11 @@ class TransactionalDatabase:
         `chunk_bytes`, so a crash can leave part of one: the caller redoes it from its
         record, which is harmless (every entry is a final value). Needs no open transaction."""
         self._check_open()
-        final = {_offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in check_offsets(offsets).items()}
-        for name, value in (properties or {}).items():
-            final[_property_key(name)] = value.encode("utf-8")
-        for name in ranges:
-            check_store_name(name)
+        final: dict[bytes, bytes | None] = {
+            _offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in check_offsets(offsets).items()
+        }
+        final.update(_property_entries(properties or {}))
+        ranges = _check_ranges(ranges)
         with self._lock:
             if any(ks.pending or ks.ranges or ks.staging is not None for ks in self._keyspaces.values()):
                 raise StateStoreError(f"cannot replay changes into {self.path} while a transaction is open")
@@ -290,18 +342,16 @@ class TransactionalDatabase:
         """A committed property (a small string the owner keeps with the data), or None."""
         self._check_open()
         raw = self._meta.get(_property_key(name))
-        return None if raw is None else raw.decode("utf-8")
+        try:
+            return None if raw is None else raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptStateError(f"property {name!r} of {self.path} is not text: {raw[:100]!r}") from None
 
     def set_properties(self, properties: Mapping[str, str]) -> None:
         """Write properties now, outside the transaction (durable at the next flush)."""
         self._check_open()
-        if not isinstance(properties, Mapping):
-            raise TypeError(f"properties must be a mapping of str to str, got {describe(properties)}")
-        for name, value in properties.items():
-            if not isinstance(name, str) or not isinstance(value, str):
-                raise TypeError(f"properties must map str to str, got {name!r}: {describe(value)}")
-        for name, value in properties.items():
-            self._meta.put(_property_key(name), value.encode("utf-8"))
+        for key, value in _property_entries(properties).items():
+            self._meta.put(key, value)
 
     def checkpoint(self, destination: str) -> None:
         """A RocksDB checkpoint of the committed data at `destination` (a new directory)."""
