@@ -276,6 +276,39 @@ def test_replay_checks_its_change_set(committed, ranges, entries, properties, er
     assert db.committed_offsets() == {"o": 1}
 
 
+@pytest.mark.parametrize("blocks, error, match", [
+    ([("kv", [b"a", "str"], [b"1", b"2"])], TypeError, r"blocks\[0\]: keys must be bytes and values bytes or None"),
+    ([("kv", [b"a"], [b"1"]), ("kv", [b"b"], [5])], TypeError, r"blocks\[1\]: keys must be bytes"),
+    ([("kv", [b"a", b"b"], [b"1"])], ValueError, r"blocks\[0\]: 2 keys and 1 values"),
+    ([("__meta__", [b"offset:o"], [b"x"])], ValueError, r"blocks\[0\]: name '__meta__' is reserved"),
+    ([("kv", [b"a"])], ValueError, r"blocks\[0\]: not enough values to unpack"),
+    (None, TypeError, r"blocks must be an iterable of \(store, keys, values\) tuples, got NoneType"),
+])
+def test_replay_blocks_checks_its_columns(committed, blocks, error, match):
+    db, kv = committed
+    with pytest.raises(error, match=match):
+        db.replay_blocks({}, blocks, {"o": 2})
+    assert _committed(kv) == [(b"k", b"v")]
+    assert db.committed_offsets() == {"o": 1}
+
+
+def test_replay_blocks_writes_what_replay_writes(tmp_path):
+    entries = [("kv", b"a", b"1"), ("kv", b"k", None), ("other", b"z", b"")]
+    results = []
+    for name, replay in (("entries", lambda db: db.replay({"kv": [(b"b", b"c")]}, entries, {"o": 2})),
+                         ("blocks", lambda db: db.replay_blocks(
+                             {"kv": [(b"b", b"c")]}, [("kv", [b"a", b"k"], [b"1", None]), ("other", [b"z"], [b""])],
+                             {"o": 2}))):
+        db = TransactionalDatabase(str(tmp_path / name))
+        kv, other = db.key_value_store("kv"), db.key_value_store("other")
+        kv.put_all([(b"k", b"v"), (b"b", b"gone"), (b"c", b"kept")])
+        db.commit({"o": 1})
+        replay(db)
+        results.append((_committed(kv), _committed(other), db.committed_offsets()))
+        db.close()
+    assert results[0] == results[1] == ([(b"a", b"1"), (b"c", b"kept")], [(b"z", b"")], {"o": 2})
+
+
 def test_a_window_store_reopened_with_another_retention_is_refused(tmp_path):
     path = str(tmp_path / "db")
     db = TransactionalDatabase(path)

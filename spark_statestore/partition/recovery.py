@@ -254,9 +254,9 @@ class Recovery:
                 )
             applied = VersionId(version, changelog.id)
             try:
-                db.replay(
+                db.replay_blocks(
                     changelog.ranges(),
-                    changelog.entries(),
+                    changelog.write_blocks(),
                     PartitionMetadata.committed_offsets(applied),
                     chunk_bytes=self.chunk_bytes,
                 )

@@ -182,6 +182,9 @@ class RocksDatabase:
         opts.set_db_write_buffer_size(2 * write_buffer_bytes)
         # open table files on demand: opening the database must not cost more as it grows
         opts.set_max_open_files(512)
+        # open reads the table files' footers in the calling thread: RocksDB's default starts
+        # 16 threads per column family at every open, which cost more than the reads
+        opts.set_max_file_opening_threads(1)
         if memory is not None:
             memory.apply(opts)
         return opts

@@ -11,25 +11,101 @@ entry is a final value, so a second application gives the same result.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import rocksdict
 
 from spark_statestore.faults import fault_point
 from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase
+from spark_statestore.validation import check_iterable, check_pair, describe
 
 DEFAULT_CHUNK_BYTES = 1 << 20
+
+
+Block = tuple[str, Sequence[bytes], Sequence["bytes | None"]]  # store, keys, values (None: delete)
+BLOCK_RECORDS = 4096  # entries a block made of single entries holds
+
+
+def blocks_of(
+    entries: Iterable[tuple[str, bytes, bytes | None]], check_store: Callable[[Any], str] | None = None
+) -> Iterator[Block]:
+    """`(store, key, value)` entries as blocks of consecutive entries of one store; each
+    entry is checked as it comes (a malformed one raises naming `entries[index]`), and
+    with `check_store` each store name the first time it comes up."""
+    checked: set[str] = set()
+    name: Any = None
+    keys: list[bytes] = []
+    values: list[bytes | None] = []
+    for index, entry in enumerate(check_iterable(entries, "entries", "(store, key, value) tuples")):
+        try:
+            store, key, value = entry
+        except (TypeError, ValueError):
+            raise TypeError(f"entries[{index}] must be a (store, key, value) tuple, got {describe(entry)}") from None
+        if type(key) is not bytes or (value is not None and type(value) is not bytes):
+            try:
+                key, value = check_pair(key, value)
+            except TypeError as e:
+                raise TypeError(f"entries[{index}]: {e}") from None
+        if store != name or len(keys) >= BLOCK_RECORDS:
+            try:
+                if store not in checked:
+                    if check_store is not None:
+                        check_store(store)
+                    checked.add(store)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"entries[{index}]: {e}") from None
+            if keys:
+                yield name, keys, values
+            name, keys, values = store, [], []
+        keys.append(key)
+        values.append(value)
+    if keys:
+        yield name, keys, values
+
+
+def pair_columns(pairs: Iterable[tuple[bytes, bytes | None]]) -> Iterator[tuple[Sequence[bytes], Sequence[bytes | None]]]:
+    """`(key, value)` pairs as `(keys, values)` columns of up to `BLOCK_RECORDS` entries."""
+    pairs = iter(pairs)
+    while chunk := list(islice(pairs, BLOCK_RECORDS)):
+        keys, values = zip(*chunk)
+        yield keys, values
+
+
+def check_blocks(blocks: Iterable[Block], check_store: Callable[[Any], str]) -> Iterator[Block]:
+    """Blocks from outside, checked a column at a time: store names (once each), keys of
+    type bytes, values of type bytes or None, as many values as keys."""
+    checked: set[str] = set()
+    for index, block in enumerate(check_iterable(blocks, "blocks", "(store, keys, values) tuples")):
+        try:
+            name, keys, values = block
+            if name not in checked:
+                check_store(name)
+                checked.add(name)
+            if len(keys) != len(values):
+                raise ValueError(f"{len(keys)} keys and {len(values)} values")
+            if not set(map(type, keys)) <= _KEY_TYPES or not set(map(type, values)) <= _VALUE_TYPES:
+                raise TypeError("keys must be bytes and values bytes or None")
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"blocks[{index}]: {e}") from None
+        yield name, keys, values
+
+
+_KEY_TYPES = {bytes}
+_VALUE_TYPES = {bytes, type(None)}
 
 
 def apply_changes(
     db: RocksDatabase,
     ranges: Mapping[str, Sequence[tuple[bytes, bytes]]],
-    entries: Iterable[tuple[str, bytes, bytes | None]],
+    blocks: Iterable[Block],
     final: Mapping[bytes, bytes | None],
     chunk_bytes: float = math.inf,
 ) -> int:
-    """Apply `ranges` (per column family), `entries` `(family, key, value or None)` and the
-    metadata updates `final`; returns the number of batches written."""
+    """Apply `ranges` (per column family), the writes of `blocks` `(family, keys, values)`
+    (`None`: delete) and the metadata updates `final`; returns the number of batches
+    written. A block whose entries fit in the current chunk is written in one tight loop
+    (a restore applies every change of every changelog through here)."""
     handles: dict[str, Any] = {}
 
     def handle(name: str) -> Any:
@@ -46,19 +122,31 @@ def apply_changes(
             for lo, hi in spans:
                 batch.delete_range(lo, hi, handle(name))
                 size += len(lo) + len(hi)
-        for name, key, value in entries:
-            if value is None:
-                batch.delete(key, handle(name))
-                size += len(key)
-            else:
-                batch.put(key, value, handle(name))
-                size += len(key) + len(value)
-            if size >= chunk_bytes:
-                db.write(batch)
-                batches += 1
-                fault_point("apply:after-chunk")
-                batch = rocksdict.WriteBatch(raw_mode=True)
-                size = 0
+        for name, keys, values in blocks:
+            h = handle(name)
+            put, delete = batch.put, batch.delete
+            block_bytes = sum(map(len, keys)) + sum(map(len, filter(None, values)))
+            if size + block_bytes < chunk_bytes:
+                for key, value in zip(keys, values):
+                    if value is None:
+                        delete(key, h)
+                    else:
+                        put(key, value, h)
+                size += block_bytes
+                continue
+            for key, value in zip(keys, values):
+                if value is None:
+                    batch.delete(key, h)
+                    size += len(key)
+                else:
+                    batch.put(key, value, h)
+                    size += len(key) + len(value)
+                if size >= chunk_bytes:
+                    db.write(batch)
+                    batches += 1
+                    fault_point("apply:after-chunk")
+                    batch = rocksdict.WriteBatch(raw_mode=True)
+                    size = 0
         meta = handle(META_COLUMN_FAMILY)
         for key, value in final.items():
             if value is None:

@@ -25,8 +25,7 @@ import os
 import threading
 import time
 import weakref
-from itertools import chain
-from typing import Any, Iterable, Iterator, Mapping, Protocol
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 from spark_statestore.faults import fault_point
 from spark_statestore.errors import CorruptStateError, StateStoreError, StoreClosedError
@@ -36,7 +35,14 @@ from spark_statestore.stores.kv_store import RocksDBKeyValueStore
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
 from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase, RocksMemory, check_store_name
 from spark_statestore.stores.window_spec import Clock, WindowSpec
-from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES, apply_changes
+from spark_statestore.txn.apply import (
+    DEFAULT_CHUNK_BYTES,
+    Block,
+    apply_changes,
+    blocks_of,
+    check_blocks,
+    pair_columns,
+)
 from spark_statestore.txn.budget import MemoryBudget
 from spark_statestore.txn.isolation import IsolationLevel
 from spark_statestore.txn.keyspace import STAGING_PREFIX, TransactionalKeySpace, decode_staged
@@ -52,10 +58,8 @@ from spark_statestore.txn.views import (
 from spark_statestore.validation import (
     check_int,
     check_items,
-    check_iterable,
     check_key,
     check_name,
-    check_pair,
     describe,
 )
 
@@ -73,7 +77,7 @@ class ChangeSink(Protocol):
 
     def delete_range(self, store: str, lo: bytes, hi: bytes) -> None: ...
 
-    def put(self, store: str, key: bytes, value: bytes | None) -> None: ...
+    def put_block(self, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None: ...
 
 
 def _utf8(name: str, what: str) -> bytes:
@@ -134,30 +138,6 @@ def _check_ranges(ranges: Any) -> dict[str, list[tuple[bytes, bytes]]]:
         check_store_name(name): check_items(spans, f"ranges[{name!r}]", ("lo", "hi"), _check_range)
         for name, spans in ranges.items()
     }
-
-
-def _store_entries(entries: Entries) -> Iterator[tuple[str, bytes, bytes | None]]:
-    """`entries`, each checked as it is written (a replay streams them, from changelogs
-    mostly: well-typed entries cost one test each): store names once (a replay writes to
-    stores only, never to the reserved column families), keys and values."""
-    checked: set[str] = set()
-    for index, entry in enumerate(check_iterable(entries, "entries", "(store, key, value) tuples")):
-        try:
-            name, key, value = entry
-        except (TypeError, ValueError):
-            raise TypeError(f"entries[{index}] must be a (store, key, value) tuple, got {describe(entry)}") from None
-        if name not in checked:
-            try:
-                check_store_name(name)
-            except (TypeError, ValueError) as e:
-                raise type(e)(f"entries[{index}]: {e}") from None
-            checked.add(name)
-        if type(key) is not bytes or (value is not None and type(value) is not bytes):
-            try:
-                entry = (name, *check_pair(key, value))
-            except TypeError as e:
-                raise TypeError(f"entries[{index}]: {e}") from None
-        yield entry
 
 
 class TransactionalDatabase:
@@ -292,7 +272,7 @@ class TransactionalDatabase:
                 self._commit_staged(final)
             else:
                 fault_point("commit:before-write")
-                apply_changes(self.db, self._ranges(), self._pending_entries(), final)
+                apply_changes(self.db, self._ranges(), self._pending_blocks(), final)
                 fault_point("commit:after-write")
             self._end_transaction()
         self.metrics.record_commit(time.perf_counter() - started)
@@ -311,8 +291,8 @@ class TransactionalDatabase:
                 for lo, hi in keyspace.ranges:
                     sink.delete_range(name, lo, hi)
             for name, keyspace in self._keyspaces.items():
-                for key, value in keyspace.changes():
-                    sink.put(name, key, value)
+                for keys, values in keyspace.changes():
+                    sink.put_block(name, keys, values)
 
     def replay(
         self,
@@ -323,10 +303,33 @@ class TransactionalDatabase:
         chunk_bytes: float = math.inf,
     ) -> None:
         """Apply a committed change set that a redo record holds (a changelog) straight to
-        committed data: range deletions, then entries, then `offsets` and `properties`
-        together in the last batch. Large change sets are written in chunks of
-        `chunk_bytes`, so a crash can leave part of one: the caller redoes it from its
-        record, which is harmless (every entry is a final value). Needs no open transaction."""
+        committed data: range deletions, then entries `(store, key, value or None)`, then
+        `offsets` and `properties` together in the last batch. Large change sets are
+        written in chunks of `chunk_bytes`, so a crash can leave part of one: the caller
+        redoes it from its record, which is harmless (every entry is a final value). Needs
+        no open transaction."""
+        self._replay(ranges, blocks_of(entries, check_store_name), offsets, properties, chunk_bytes)
+
+    def replay_blocks(
+        self,
+        ranges: Ranges,
+        blocks: Iterable[Block],
+        offsets: Mapping[str, int],
+        properties: Mapping[str, str] | None = None,
+        chunk_bytes: float = math.inf,
+    ) -> None:
+        """`replay` with the entries as blocks `(store, keys, values)` of one store each
+        (a changelog's columns): checked and written a column at a time."""
+        self._replay(ranges, check_blocks(blocks, check_store_name), offsets, properties, chunk_bytes)
+
+    def _replay(
+        self,
+        ranges: Ranges,
+        blocks: Iterable[Block],
+        offsets: Mapping[str, int],
+        properties: Mapping[str, str] | None,
+        chunk_bytes: float,
+    ) -> None:
         self._check_open()
         final: dict[bytes, bytes | None] = {
             _offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in check_offsets(offsets).items()
@@ -336,7 +339,7 @@ class TransactionalDatabase:
         with self._lock:
             if any(ks.pending or ks.ranges or ks.staging is not None for ks in self._keyspaces.values()):
                 raise StateStoreError(f"cannot replay changes into {self.path} while a transaction is open")
-            apply_changes(self.db, ranges, _store_entries(entries), final, chunk_bytes)
+            apply_changes(self.db, ranges, blocks, final, chunk_bytes)
 
     def get_property(self, name: str) -> str | None:
         """A committed property (a small string the owner keeps with the data), or None."""
@@ -361,10 +364,11 @@ class TransactionalDatabase:
     def _ranges(self) -> dict[str, list[tuple[bytes, bytes]]]:
         return {name: ks.ranges for name, ks in self._keyspaces.items() if ks.ranges}
 
-    def _pending_entries(self) -> Iterator[tuple[str, bytes, bytes | None]]:
+    def _pending_blocks(self) -> Iterator[Block]:
         for name, keyspace in self._keyspaces.items():
-            for key, value in keyspace.pending.items():
-                yield name, key, value
+            data = keyspace.pending.data
+            if data:
+                yield name, list(data), list(data.values())
 
     def _commit_staged(self, final: dict[bytes, bytes | None]) -> None:
         self.spill()
@@ -391,17 +395,18 @@ class TransactionalDatabase:
             name: [(bytes.fromhex(lo), bytes.fromhex(hi)) for lo, hi in spans]
             for name, spans in marker["ranges"].items()
         }
-        entries = chain.from_iterable(
-            ((name, key, value) for key, value in decode_staged(
-                ColumnFamilyKeySpace(self.db, STAGING_PREFIX + name).scan(None, None)
-            ))
+        blocks = (
+            (name, keys, values)
             for name in marker["staged"]
+            for keys, values in pair_columns(
+                decode_staged(ColumnFamilyKeySpace(self.db, STAGING_PREFIX + name).scan(None, None))
+            )
         )
         final: dict[bytes, bytes | None] = {
             bytes.fromhex(k): bytes.fromhex(v) for k, v in marker["offsets"].items()
         }
         final[_MARKER_KEY] = None
-        apply_changes(self.db, ranges, entries, final, self.commit_chunk_bytes)
+        apply_changes(self.db, ranges, blocks, final, self.commit_chunk_bytes)
         fault_point("commit:after-apply")
         if not self.db.wal:
             # Dropping the staging column families is durable at once, while without the

@@ -15,7 +15,7 @@ CPython beyond those bytes (`budget.ENTRY_COST`).
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import rocksdict
 
@@ -24,6 +24,7 @@ from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.rocksdb import RocksDatabase
 from spark_statestore.stores.sorted_map import SortedMap
+from spark_statestore.txn.apply import pair_columns
 from spark_statestore.txn.budget import MemoryBudget
 
 STAGING_PREFIX = "__staging__"
@@ -233,13 +234,15 @@ class TransactionalKeySpace:
         self.entries = 0
         self.pending.clear()
 
-    def changes(self) -> Iterator[Entry]:
-        """The transaction's final writes in key order (`None` = delete); the pending
-        range deletions (`ranges`) apply before them."""
-        pending = self.pending.iter_items()
+    def changes(self) -> Iterator[tuple[Sequence[bytes], Sequence[bytes | None]]]:
+        """The transaction's final writes in key order (`None` = delete), as `(keys,
+        values)` columns; the pending range deletions (`ranges`) apply before them."""
         if self.staging is None:
-            return pending
-        return merge_sorted(pending, decode_staged(self.staging.scan(None, None)), False)
+            keys = list(self.pending.sorted_keys())
+            yield keys, list(map(self.pending.data.__getitem__, keys))
+            return
+        pending = self.pending.iter_items()
+        yield from pair_columns(merge_sorted(pending, decode_staged(self.staging.scan(None, None)), False))
 
     def reset(self) -> None:
         """Forget the transaction (after commit or rollback)."""
