@@ -292,6 +292,30 @@ def test_replay_blocks_checks_its_columns(committed, blocks, error, match):
     assert db.committed_offsets() == {"o": 1}
 
 
+@pytest.mark.parametrize("chunk_bytes", [math.inf, 1])
+def test_a_replay_that_fails_midway_leaves_the_database_closable_and_reopenable(tmp_path, chunk_bytes):
+    """The failed replay's traceback must not keep column-family handles alive: recovery
+    closes and rebuilds the database inside its `except` block."""
+    path = str(tmp_path / "db")
+    db = TransactionalDatabase(path)
+    db.key_value_store("kv").put(b"k", b"v")
+    db.commit({"o": 1})
+
+    def blocks():
+        yield "kv", [b"a"], [b"1"]
+        raise CorruptStateError("changelog X holds an invalid block")
+
+    try:
+        db.replay_blocks({}, blocks(), {"o": 2}, chunk_bytes=chunk_bytes)
+    except CorruptStateError:
+        db.close()
+        reopened = TransactionalDatabase(path, lock_timeout=0)
+        assert reopened.committed_offsets() == {"o": 1}
+        reopened.close()
+    else:
+        pytest.fail("the replay did not raise")
+
+
 def test_replay_blocks_writes_what_replay_writes(tmp_path):
     entries = [("kv", b"a", b"1"), ("kv", b"k", None), ("other", b"z", b"")]
     results = []

@@ -70,14 +70,53 @@ def test_single_puts_and_blocks_read_back_the_same(tmp_path):
     assert list(Changelog(str(one)).entries()) == list(block.entries()) == [("b", k, v) for k, v in pairs]
 
 
-def test_a_writer_refuses_range_deletions_after_writes_and_unequal_columns(tmp_path):
-    with open(tmp_path / "x", "wb") as out:
+@pytest.mark.parametrize("write, error, match", [
+    (lambda w: w.put_block("a", [b"k", b"l"], [b"v"]), ValueError, r"2 keys and 1 values for store 'a'"),
+    (lambda w: w.put("zz", b"k", b"v"), ValueError, r"store 'zz' is not one of this changelog's stores \['a', 'b'\]"),
+    (lambda w: w.put("a", "k", b"v"), TypeError, r"keys of store 'a' must be bytes and its values bytes or None"),
+    (lambda w: w.put("a", b"k", memoryview(b"v")), TypeError, r"values bytes or None"),
+    (lambda w: w.put_block("a", [b"%d" % i for i in range(70_000)] + ["str"], [b""] * 70_001), TypeError,
+     r"must be bytes"),  # refused before its first block is written
+    (lambda w: w.put_block("a", (k for k in [b"k"]), [b"v"]), TypeError, r"keys and values must be sequences"),
+    (lambda w: w.delete_range("a", b"z", b"a"), ValueError, r"needs bytes lo <= hi, got bytes: b'z' and bytes: b'a'"),
+    (lambda w: w.delete_range("a", b"a", None), ValueError, r"needs bytes lo <= hi"),
+    (lambda w: (w.put("a", b"k", b"v"), w.delete_range("a", b"a", b"b")), ValueError,
+     r"range deletions must be written before the writes"),
+])
+def test_a_writer_refuses_what_its_reader_would_refuse_and_the_file_stays_valid(tmp_path, write, error, match):
+    path = tmp_path / "7.changelog"
+    with open(path, "wb") as out:
         writer = ChangelogWriter(out, HEADER)
-        with pytest.raises(ValueError, match="2 keys and 1 values for store 'a'"):
-            writer.put_block("a", [b"k", b"l"], [b"v"])
+        with pytest.raises(error, match=match):
+            write(writer)
+        writer.put("b", b"after", b"ok")
+        writer.finish()
+    assert list(Changelog(str(path), 7, 0).entries())[-1] == ("b", b"after", b"ok")
+
+
+def test_nothing_is_written_after_the_trailer(tmp_path):
+    path = tmp_path / "7.changelog"
+    with open(path, "wb") as out:
+        writer = ChangelogWriter(out, HEADER)
         writer.put("a", b"k", b"v")
-        with pytest.raises(ValueError, match="range deletions must be written before the writes"):
-            writer.delete_range("a", b"a", b"b")
+        writer.finish()
+        with pytest.raises(ValueError, match="finished"):
+            writer.put("a", b"l", b"w")
+        with pytest.raises(ValueError, match="already finished"):
+            writer.finish()
+    assert list(Changelog(str(path), 7, 0).entries()) == [("a", b"k", b"v")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_a_file_that_shrinks_after_it_was_verified_is_refused_not_read_forever(tmp_path, fmt):
+    body = _v2(1, 0, b"k", b"v" * 100) * 3 if fmt == 2 else _block(0, 0, [b"k"] * 3, [b"v" * 100] * 3)
+    path = _file(tmp_path / "7.changelog", fmt, body, 3)
+    changelog = Changelog(path, 7, 0)
+    with open(path, "r+b") as f:
+        f.truncate(len(open(path, "rb").read()) - 150)
+    with pytest.raises(CorruptStateError, match=r"7\.changelog.*(truncated|ends inside)"):
+        list(changelog.entries())
 
 
 def _file(path, fmt: int, body: bytes, records: int) -> str:

@@ -39,6 +39,7 @@ from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.snapshots import aside_name, changelog_name
 from spark_statestore.checkpoint.records import RANGES, WRITES, Block, encode_blocks, read_blocks, read_records_v2
 from spark_statestore.errors import CorruptStateError
+from spark_statestore.validation import describe
 
 MAGIC = b"SSCL"
 TRAILER = b"END!"
@@ -49,6 +50,10 @@ _END = struct.Struct(">4sQQI")
 TRAILER_BYTES = _END.size
 _READ_BYTES = 1 << 20
 _ID_MASK = (1 << 63) - 1
+
+
+_KEY_TYPES = {bytes}
+_VALUE_TYPES = {bytes, type(None)}
 
 
 def _id_of(digest: "hashlib._Hash") -> int:
@@ -77,9 +82,19 @@ class ChangelogWriter:
         self._out.write(data)
 
     def _blocks(self, kind: int, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """Check everything first (a file is never left with part of a call in it), then write."""
+        if self.id:
+            raise ValueError("the changelog is finished: nothing can be written after its trailer")
+        index = self._index.get(store) if isinstance(store, str) else None
+        if index is None:
+            raise ValueError(f"store {store!r} is not one of this changelog's stores {list(self._index)}")
+        if not isinstance(keys, Sequence) or not isinstance(values, Sequence):
+            raise TypeError(f"keys and values must be sequences, got {describe(keys)} and {describe(values)}")
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys and {len(values)} values for store {store!r}")
-        for block in encode_blocks(kind, self._index[store], keys, values):
+        if not set(map(type, keys)) <= _KEY_TYPES or not set(map(type, values)) <= _VALUE_TYPES:
+            raise TypeError(f"keys of store {store!r} must be bytes and its values bytes or None")
+        for block in encode_blocks(kind, index, keys, values):
             self._emit(block)
         self._records += len(keys)
 
@@ -87,6 +102,8 @@ class ChangelogWriter:
         """Every key of `store` in [lo, hi) is deleted (range deletions come first)."""
         if self._writes_started:
             raise ValueError("range deletions must be written before the writes")
+        if type(lo) is not bytes or type(hi) is not bytes or lo > hi:
+            raise ValueError(f"a range deletion needs bytes lo <= hi, got {describe(lo)} and {describe(hi)}")
         self._blocks(RANGES, store, (lo,), (hi,))
 
     def put(self, store: str, key: bytes, value: bytes | None) -> None:
@@ -94,7 +111,9 @@ class ChangelogWriter:
         self.put_block(store, (key,), (value,))
 
     def put_block(self, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
-        """The final values of `keys` in `store` (`None` = deleted), in key order."""
+        """The final values of `keys` in `store` (`None` = deleted). A transaction writes
+        them in key order, which makes the changelog's id the same for the same change set;
+        the reader does not depend on it (a key written twice ends with its last value)."""
         self._writes_started = True
         self._blocks(WRITES, store, keys, values)
 
@@ -104,6 +123,8 @@ class ChangelogWriter:
 
     def finish(self) -> int:
         """Write the trailer; returns the changelog's id."""
+        if self.id:
+            raise ValueError("the changelog is already finished")
         self.id = _id_of(self._hash)
         end = _END.pack(TRAILER, self._records, self.id, 0)[:-4]
         crc = zlib.crc32(end, self._crc)

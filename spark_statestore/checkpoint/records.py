@@ -220,6 +220,8 @@ def read_records_v2(
                 raise CorruptStateError(f"{where} holds {count} records, but its trailer says {records}")
             return
         chunk = f.read(min(remaining, _READ_BYTES))
+        if not chunk:
+            raise CorruptStateError(f"{where} is truncated (it changed after it was verified)")
         remaining -= len(chunk)
         buf = buf[pos:] + chunk
         pos = 0

@@ -156,4 +156,7 @@ def apply_changes(
         db.write(batch)
         return batches + 1
     finally:
+        # a raised error's traceback keeps this frame alive: column-family handles left in
+        # its variables would keep the database open (and locked) after `close()`
         handles.clear()
+        h = meta = batch = put = delete = None  # noqa: F841
