@@ -6,6 +6,9 @@
 2. Restore on a new executor: from a snapshot plus 10 changelogs, against replaying the
    whole history (100 versions of 10k changes) with no snapshot.
 3. Changelog bytes per change.
+4. Applying one changelog of 10k changes to a database of 1M keys, format 3 (blocks of
+   columns, written now) against format 2 (interleaved records, still read): the
+   per-change work of every open and of every restore.
 
     python benchmarks/partition_state.py [--big-keys N] [--changes N]
 """
@@ -13,17 +16,24 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import random
 import shutil
+import statistics
+import struct
 import sys
 import tempfile
 import time
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import print_table  # noqa: E402
 
+from spark_statestore.checkpoint.changelog import Changelog  # noqa: E402
 from spark_statestore.partition import PartitionState, StoreSpec  # noqa: E402
+from spark_statestore.txn import TransactionalDatabase  # noqa: E402
 from spark_statestore.stores.rocksdb import RocksDatabase  # noqa: E402
 
 SPECS = [StoreSpec.key_value("state", cached=False)]
@@ -106,6 +116,53 @@ def restore_seconds(checkpoint: str, workdir: str, version: int) -> tuple[float,
     return seconds, applied
 
 
+def _as_format_2(path: str, out_path: str) -> None:
+    """The changelog at `path` rewritten with format 2's interleaved records (same header,
+    same records, a valid trailer)."""
+    changelog = Changelog(path)
+    index = {name: i for i, name in enumerate(changelog.stores)}
+    record = struct.Struct(">BHII")
+    body = [record.pack(2, index[s], len(lo), len(hi)) + lo + hi for s, spans in changelog.ranges().items() for lo, hi in spans]
+    body += [record.pack(1 if v is not None else 0, index[s], len(k), len(v or b"")) + k + (v or b"")
+             for s, k, v in changelog.entries()]
+    raw = json.dumps(changelog.header, sort_keys=True).encode()
+    head = struct.pack(">4sHI", b"SSCL", 2, len(raw)) + raw + b"".join(body)
+    ident = int.from_bytes(hashlib.blake2b(head, digest_size=8).digest(), "big") & ((1 << 63) - 1) or 1
+    end = struct.pack(">4sQQ", b"END!", len(body), ident)
+    with open(out_path, "wb") as f:
+        f.write(head + end + struct.pack(">I", zlib.crc32(end, zlib.crc32(head))))
+
+
+def apply_formats(workdir: str, changes: int) -> tuple[float, float]:
+    """Median seconds to verify and apply one changelog of `changes` changes to a database of
+    1M keys, in format 3 and in format 2 (alternating, 15 times each)."""
+    checkpoint, local = os.path.join(workdir, "fmt-ckpt"), os.path.join(workdir, "fmt-local")
+    load(checkpoint, local, 1_000_000)
+    rng = random.Random(7)
+    state = _state(checkpoint, local, snapshot_interval=10**9)
+    state.open(2)
+    store = state.store("state")
+    for _ in range(changes):
+        store.put(_key(rng.randrange(1_000_000)), rng.randbytes(16))
+    state.prepare()
+    state.close()
+    v3 = state.local.changelog(2)
+    v2 = os.path.join(workdir, "2.format2.changelog")
+    _as_format_2(v3, v2)
+    db = TransactionalDatabase(os.path.join(workdir, "fmt-db"), wal=False, replayable=True)
+    db.key_value_store("state")
+    db.replay_blocks({}, [("state", [_key(i) for i in range(1_000_000)], [b"v" * 16] * 1_000_000)], {})
+    timings: dict[str, list[float]] = {v3: [], v2: []}
+    for _ in range(15):
+        for path in (v3, v2):
+            started = time.perf_counter()
+            changelog = Changelog(path)
+            db.replay_blocks(changelog.ranges(), changelog.write_blocks(), {"version": 2})
+            timings[path].append(time.perf_counter() - started)
+    db.close()
+    return statistics.median(timings[v3]), statistics.median(timings[v2])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--big-keys", type=int, default=10_000_000)
@@ -139,6 +196,9 @@ def main() -> None:
         print_table(["from", "changelogs applied", "seconds"], restore_rows)
         print(f"restore speed-up from the snapshot: {restore_rows[1][2] / restore_rows[0][2]:.1f}x")
         print(f"\n3. changelog bytes per change (8-byte keys, 16-byte values): {results[1_000_000]['bytes_per_change']:.1f}")
+        v3, v2 = apply_formats(workdir, args.changes)
+        print(f"\n4. applying one changelog of {args.changes:,} changes to 1M keys: format 3 {v3 * 1000:.1f} ms, "
+              f"format 2 {v2 * 1000:.1f} ms (format 2 / format 3 = {v2 / v3:.2f})")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     small, big = results[1_000_000]["total"], results[max(results)]["total"]

@@ -21,6 +21,7 @@ import pytest
 
 from spark_statestore import CorruptStateError, MissingStateError
 from spark_statestore.checkpoint.changelog import Changelog, ChangelogWriter
+from spark_statestore.checkpoint.records import RANGES
 from spark_statestore.partition import PartitionState, StoreSpec
 from spark_statestore.serde import Serde, serde_for
 from spark_statestore.spark.reader import column_for
@@ -46,7 +47,7 @@ def rewrite(path: str, header: dict, extra: list[tuple], first: list[tuple] = ()
     out = io.BytesIO()
     writer = ChangelogWriter(out, header)
     for store, lo, hi in first:
-        writer.delete_range(store, lo, hi)
+        writer._blocks(RANGES, store, (lo,), (hi,))  # past the writer's own lo <= hi check
     for store, key, value in original + extra:
         writer.put(store, key, value)
     writer.finish()
