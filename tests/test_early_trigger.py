@@ -76,6 +76,9 @@ def _start(session, tmp_path, adapter: str, first_keys: int):
     inputs = str(tmp_path / "input")
     _write(inputs, "0", first_keys)
     _write(inputs, "1", 3)
+    now = time.time()  # the file source takes files oldest first: written in one instant, the order is a tie
+    for age, name in ((20, "0"), (10, "1")):
+        os.utime(os.path.join(inputs, f"{name}.json"), (now - age, now - age))
     checkpoint = str(tmp_path / "checkpoint")
     events = session.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
     if adapter == "StoreProcessor":
