@@ -95,6 +95,15 @@ def check_pair(key: Any, value: Any) -> tuple[bytes, bytes | None]:
     return key, value
 
 
+_KEY_TYPES = frozenset({bytes})
+_VALUE_TYPES = frozenset({bytes, type(None)})
+
+
+def columns_are_bytes(keys: Any, values: Any) -> bool:
+    """Whether every key is bytes and every value bytes or None (one C-level pass each)."""
+    return set(map(type, keys)) <= _KEY_TYPES and set(map(type, values)) <= _VALUE_TYPES
+
+
 def check_pairs(pairs: Any) -> list[tuple[bytes, bytes | None]]:
     """The `(key, value)` pairs of a key-value `put_all`, every one checked first."""
     return check_items(pairs, "pairs", ("key", "value"), check_pair)

@@ -39,7 +39,7 @@ from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.snapshots import aside_name, changelog_name
 from spark_statestore.checkpoint.records import RANGES, WRITES, Block, encode_blocks, read_blocks, read_records_v2
 from spark_statestore.errors import CorruptStateError
-from spark_statestore.validation import describe
+from spark_statestore.validation import columns_are_bytes, describe
 
 MAGIC = b"SSCL"
 TRAILER = b"END!"
@@ -50,10 +50,6 @@ _END = struct.Struct(">4sQQI")
 TRAILER_BYTES = _END.size
 _READ_BYTES = 1 << 20
 _ID_MASK = (1 << 63) - 1
-
-
-_KEY_TYPES = {bytes}
-_VALUE_TYPES = {bytes, type(None)}
 
 
 def _id_of(digest: "hashlib._Hash") -> int:
@@ -92,7 +88,7 @@ class ChangelogWriter:
             raise TypeError(f"keys and values must be sequences, got {describe(keys)} and {describe(values)}")
         if len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys and {len(values)} values for store {store!r}")
-        if not set(map(type, keys)) <= _KEY_TYPES or not set(map(type, values)) <= _VALUE_TYPES:
+        if not columns_are_bytes(keys, values):
             raise TypeError(f"keys of store {store!r} must be bytes and its values bytes or None")
         for block in encode_blocks(kind, index, keys, values):
             self._emit(block)

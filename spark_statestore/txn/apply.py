@@ -18,7 +18,7 @@ import rocksdict
 
 from spark_statestore.faults import fault_point
 from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase
-from spark_statestore.validation import check_iterable, check_pair, describe
+from spark_statestore.validation import check_iterable, check_pair, columns_are_bytes, describe
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 
@@ -84,15 +84,11 @@ def check_blocks(blocks: Iterable[Block], check_store: Callable[[Any], str]) -> 
                 checked.add(name)
             if len(keys) != len(values):
                 raise ValueError(f"{len(keys)} keys and {len(values)} values")
-            if not set(map(type, keys)) <= _KEY_TYPES or not set(map(type, values)) <= _VALUE_TYPES:
+            if not columns_are_bytes(keys, values):
                 raise TypeError("keys must be bytes and values bytes or None")
         except (TypeError, ValueError) as e:
             raise type(e)(f"blocks[{index}]: {e}") from None
         yield name, keys, values
-
-
-_KEY_TYPES = {bytes}
-_VALUE_TYPES = {bytes, type(None)}
 
 
 def apply_changes(
