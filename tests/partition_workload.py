@@ -7,7 +7,10 @@ commit. `expected(seed, n)` rebuilds the state after batches 0..n with in-memory
 
     python tests/partition_workload.py CHECKPOINT LOCAL_DIR --seed S --batches N
         [--snapshot-interval K] [--retain R] [--cache-bytes B] [--limit BYTES]
-        [--apply-chunk-bytes B]
+        [--apply-chunk-bytes B] [--keep-open N [--then-wait]]
+
+With `--keep-open N` the batches run through one `OpenCopies` (the partition stays open
+between batches); `--then-wait` then prints `waiting` and sleeps with it kept open.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import time
 
 from spark_statestore import Stores, ThreadCache
 from spark_statestore.partition import PartitionState, StoreSpec
+from spark_statestore.partition.open_copies import OpenCopies
 from txn_workload import apply_ops, state_of
 
 __all__ = ["apply_ops", "state_of"]  # re-exported for the tests that drive batches
@@ -83,12 +88,16 @@ def run_batch(state: PartitionState, seed: int, batch: int, checkpoint: str) -> 
         os.fsync(f.fileno())
 
 
-def run(checkpoint: str, local_dir: str, batches: int, seed: int = 1, **kwargs) -> None:
-    """Run (or go on running) the batches up to `batches` - 1 that did not commit yet."""
+def run(checkpoint: str, local_dir: str, batches: int, seed: int = 1, **kwargs) -> list[bool]:
+    """Run (or go on running) the batches up to `batches` - 1 that did not commit yet;
+    returns, per batch run, whether it found its copy kept open."""
+    kept = []
     for batch in range(last_committed(checkpoint) + 1, batches):
         state = partition_state(checkpoint, local_dir, **kwargs)
         run_batch(state, seed, batch, checkpoint)
         state.wait_for_snapshots()
+        kept.append(state.metrics.kept_open)
+    return kept
 
 
 def read_state(checkpoint: str, local_dir: str, **kwargs) -> tuple:
@@ -112,8 +121,11 @@ def main() -> None:
     parser.add_argument("--cache-bytes", type=int, default=-1)
     parser.add_argument("--limit", type=int, default=-1)
     parser.add_argument("--apply-chunk-bytes", type=int, default=4 << 20)
+    parser.add_argument("--keep-open", type=int, default=0)
+    parser.add_argument("--then-wait", action="store_true")
     args = parser.parse_args()
     cache = ThreadCache(args.cache_bytes) if args.cache_bytes >= 0 else None
+    open_copies = OpenCopies(args.keep_open, 3600) if args.keep_open else None
     while (batch := last_committed(args.checkpoint) + 1) < args.batches:
         state = partition_state(
             args.checkpoint,
@@ -123,10 +135,14 @@ def main() -> None:
             cache=cache,
             uncommitted_max_bytes=args.limit,
             apply_chunk_bytes=args.apply_chunk_bytes,
+            open_copies=open_copies,
         )
         run_batch(state, args.seed, batch, args.checkpoint)
         state.wait_for_snapshots()
         print(f"committed {batch}", flush=True)
+    if args.then_wait:
+        print("waiting", flush=True)
+        time.sleep(3600)
 
 
 if __name__ == "__main__":

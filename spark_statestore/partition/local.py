@@ -7,6 +7,10 @@ An exclusive lock on the partition directory (an `flock` on its `LOCK` file) is 
 open to close; taking it touches the file, which so says when the copy was last used. It covers more than RocksDB's own lock: a restore may replace a corrupt
 database, so nobody else may be in the directory then. A second opener, in this or
 another process, waits up to its timeout and then gets `StoreLockedError`.
+
+A process may keep a copy open (and locked) between uses (`OpenCopies`). An opener that
+finds the lock taken asks for it: it writes a byte to the copy's `RELEASE` FIFO, which the
+keeper listens on, and the keeper releases the copy unless a task of its own is using it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import time
 
 from spark_statestore.checkpoint.snapshots import changelog_version
@@ -30,6 +35,7 @@ class LocalPartitionDir:
         self.db_path = os.path.join(self.root, "db")
         self.changelog_dir = os.path.join(self.root, "changelogs")
         self.snapshot_dir = os.path.join(self.root, "snapshots")
+        self.release_path = os.path.join(self.root, "RELEASE")
         self._lock_fd: int | None = None
 
     def changelog(self, version: int) -> str:
@@ -47,12 +53,12 @@ class LocalPartitionDir:
             shutil.rmtree(lock_path, ignore_errors=True)  # never a lock file another opener holds
         fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
         deadline = time.monotonic() + max(timeout, 0.0)
-        delay = 0.01
+        delay = 0.002
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 self._lock_fd = fd
-                os.utime(fd)  # when this copy was last used (see `sweep_idle_copies`)
+                self.touch()
                 _discard_unless_directory(self.changelog_dir)
                 _discard_unless_directory(self.snapshot_dir)
                 return
@@ -63,8 +69,69 @@ class LocalPartitionDir:
                         f"the partition state in {self.root} is held by another task "
                         f"(waited {timeout:.1f}s for its lock)"
                     ) from None
+            self.request_release()  # again at every try: the keeper may have been busy
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
+
+    def lock_is_current(self) -> bool:
+        """Whether the held lock is on the file now at `LOCK` and the database is there
+        (the copy's directory was not deleted or replaced while it was held)."""
+        if self._lock_fd is None:
+            return False
+        try:
+            now = os.stat(os.path.join(self.root, "LOCK"))
+            held = os.fstat(self._lock_fd)
+        except OSError:
+            return False
+        same = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+        return same and os.path.exists(os.path.join(self.db_path, "CURRENT"))
+
+    def touch(self) -> None:
+        """Record that the copy is used now (see `sweep_idle_copies`)."""
+        if self._lock_fd is not None:
+            os.utime(self._lock_fd)
+
+    def request_release(self) -> None:
+        """Ask a process that keeps this copy open while idle to release it: one byte into
+        the `RELEASE` FIFO. Nothing happens when nobody listens (or something else is there)."""
+        try:
+            fd = os.open(self.release_path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError:  # no FIFO, or no reader (ENXIO)
+            return
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, b"r")
+        except OSError:  # the pipe is full: requests are waiting already
+            pass
+        finally:
+            os.close(fd)
+
+    def listen_for_release(self) -> tuple[int, int]:
+        """Open this copy's `RELEASE` FIFO (made if missing; anything else there is
+        replaced): a read end that becomes readable when another opener asks for the copy,
+        and a write end that keeps the read end from reporting end-of-file. The lock must be
+        held; close both with `stop_listening`."""
+        if self._lock_fd is None:
+            raise RuntimeError(f"the lock of {self.root} is not held")
+        path = self.release_path
+        try:
+            if not stat.S_ISFIFO(os.lstat(path).st_mode):
+                _discard(path)
+                os.mkfifo(path, 0o600)
+        except FileNotFoundError:
+            os.mkfifo(path, 0o600)
+        read_end = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        try:
+            write_end = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except BaseException:
+            os.close(read_end)
+            raise
+        return read_end, write_end
+
+    @staticmethod
+    def stop_listening(ends: tuple[int, int]) -> None:
+        for fd in ends:
+            os.close(fd)
 
     def unlock(self) -> None:
         fd = self._lock_fd

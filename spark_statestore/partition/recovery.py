@@ -27,6 +27,10 @@ committed (Spark runs batch N only after N-1 committed), and everything durable 
   again and starts over (a few times) instead of failing.
 * Only changelogs of this partition, of the declared stores, are applied; a changelog
   that fails half way through being applied leaves the local copy to be rebuilt.
+* A copy this process kept open (`OpenCopies`) is used as it is: when its pending
+  transaction is the very change set of the durable changelog the next version builds on,
+  committing it replaces reading that changelog back; otherwise it is rolled back and the
+  copy goes the way of any other.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class Recovery:
         *,
         every_batch: bool = True,
         chunk_bytes: int,
+        kept: tuple[TransactionalDatabase, VersionId | None] | None = None,
     ) -> None:
         self.durable = durable
         self.local = local
@@ -95,6 +100,7 @@ class Recovery:
         self.metrics = metrics
         self.every_batch = every_batch
         self.chunk_bytes = chunk_bytes
+        self._kept = kept  # an open database and the version its open transaction prepared
         self._changelogs: dict[int, pafs.FileInfo] = {}
         self._snapshots: list[int] = []
         self._ids: dict[int, int] = {}  # durable changelog ids read so far
@@ -125,16 +131,19 @@ class Recovery:
         fault_point("recovery:after-listing")
 
     def _load(self, target: int) -> tuple[TransactionalDatabase, VersionId]:
-        if not os.path.exists(os.path.join(self.local.db_path, "CURRENT")):
+        kept, self._kept = self._kept, None
+        if kept is None and not os.path.exists(os.path.join(self.local.db_path, "CURRENT")):
             return self._restore(target)  # a new executor: no local copy
         db = None
         try:
-            db = self._open_db()
+            db, pending = kept if kept is not None else (self._open_db(), None)
             meta = PartitionMetadata(db)
             self._check_layout(meta, f"the local copy {self.local.db_path}")
             committed = meta.committed
             if committed.version > target:
                 raise StaleCopy(f"the local copy is at version {committed.version}, ahead of {target}")
+            if pending is not None:
+                committed = self._commit_pending(db, committed, pending, target)
             self._check_prepared(meta.prepared, target)
             committed = self._catch_up(db, committed, target)
             self._check_reached(committed, target)
@@ -223,6 +232,21 @@ class Recovery:
         return ident
 
     # -- catching up --------------------------------------------------------------------
+
+    def _commit_pending(
+        self, db: TransactionalDatabase, committed: VersionId, pending: VersionId, target: int
+    ) -> VersionId:
+        """Commit the kept copy's open transaction if it is the next version on the durable
+        history (the changelog it prepared is the one that committed); else drop it."""
+        version = pending.version
+        if version == committed.version + 1 and version <= target and version in self._changelogs:
+            if self._durable_id(version) == pending.id:
+                db.commit(PartitionMetadata.committed_offsets(pending))
+                fault_point("open:after-apply")
+                self.metrics.changelogs_applied += 1
+                return pending
+        db.rollback()
+        return committed
 
     def _catch_up(self, db: TransactionalDatabase, committed: VersionId, target: int) -> VersionId:
         """Apply the durable changelogs after `committed` up to `target`, in order."""

@@ -11,7 +11,9 @@ Version N is the state after batch N.
   into changelog N, locally, and publishes it durably (atomically). Nothing is applied:
   changelog N commits when a later `open` applies it, after Spark committed batch N. An
   attempt that prepares after Spark's commit log holds batch N (a zombie) is refused.
-* `close()` releases the partition; what was not prepared is discarded.
+* `close()` releases the partition; what was not prepared is discarded. With
+  `open_copies`, a prepared partition's database stays open instead, its transaction
+  pending, for this process's next `open` of the partition (see `open_copies.py`).
 
 The record cache of a worker outlives a partition's open/close: a store's cached entries
 are kept in a named cache keyed by the identity of the version they are valid for
@@ -38,6 +40,7 @@ from spark_statestore.faults import fault_point
 from spark_statestore.partition.layout import Layout
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, VersionId
+from spark_statestore.partition.open_copies import OpenCopies, OpenCopy
 from spark_statestore.partition.recovery import Recovery
 from spark_statestore.partition.specs import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
@@ -80,6 +83,7 @@ class PartitionState:
         every_batch: bool = True,
         uploader: Uploader | None = None,
         rocks_memory: RocksMemory | None = None,
+        open_copies: OpenCopies | None = None,
     ) -> None:
         self.partition = check_int(partition, "partition", 0)
         self.uncommitted_max_bytes = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
@@ -90,6 +94,7 @@ class PartitionState:
         check_instance(filesystem, pafs.FileSystem, "filesystem")
         check_instance(uploader, Uploader, "uploader")
         check_instance(rocks_memory, RocksMemory, "rocks_memory")
+        self.open_copies = check_instance(open_copies, OpenCopies, "open_copies")
         local_dir = check_path(local_dir, "local_dir")
         if on_changes is not None and not callable(on_changes):
             raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
@@ -97,6 +102,7 @@ class PartitionState:
         fs, root = resolve_location(checkpoint_location, filesystem)
         self.durable = DurableDir(fs, f"{root}/statestore/{self.partition}")
         self._commit_log = DurableDir(fs, f"{root}/commits")  # Spark's: which batches the driver committed
+        self._local_dir = local_dir
         self.local = LocalPartitionDir(local_dir, checkpoint_location, self.partition)
         self.cache = cache
         self.on_changes = on_changes
@@ -150,7 +156,7 @@ class PartitionState:
             raise StateStoreError(f"partition {self.partition} is already open for batch {self.batch_id}")
         started = time.perf_counter()
         self.metrics = PartitionMetrics()
-        self.local.lock(self.lock_timeout)
+        kept = self._take_kept_copy()
         try:
             recovery = Recovery(
                 self.durable,
@@ -162,6 +168,7 @@ class PartitionState:
                 self.metrics,
                 every_batch=self.every_batch,
                 chunk_bytes=self.apply_chunk_bytes,
+                kept=kept,
             )
             db, committed = recovery.load(batch_id - 1)
             try:
@@ -186,6 +193,32 @@ class PartitionState:
         self.committed = committed
         self._prepared = None
         self.metrics.open_seconds = time.perf_counter() - started
+
+    def _take_kept_copy(self) -> tuple[TransactionalDatabase, VersionId | None] | None:
+        """Lock the partition: take the copy this process kept open (its database and the
+        version its transaction prepared, if it was opened the way this state opens it),
+        or take the lock (asking a keeper elsewhere to let go)."""
+        copy = self.open_copies.take(self.local.root) if self.open_copies is not None else None
+        if copy is not None and not copy.local.lock_is_current():
+            self.open_copies.discard(copy, "its directory was deleted or replaced")
+            copy = None
+        if copy is None:
+            self.local = LocalPartitionDir(self._local_dir, self.checkpoint_location, self.partition)
+            self.local.lock(self.lock_timeout)
+            return None
+        self.local = copy.local  # holds the lock
+        if copy.options == self._db_options():
+            self.metrics.kept_open = True
+            return copy.db, copy.pending
+        try:
+            copy.db.close()  # opened with other options: open it again below
+        except BaseException:
+            self.local.unlock()
+            raise
+        return None
+
+    def _db_options(self) -> tuple:
+        return (self.uncommitted_max_bytes, self.rocks_memory)
 
     def _open_db(self) -> TransactionalDatabase:
         # changelogs redo what a crash loses: no WAL, and an ordered (not atomic) flush
@@ -308,6 +341,14 @@ class PartitionState:
         self.metrics.prepare_seconds = time.perf_counter() - started
         return self.metrics
 
+    def _keep_open(self, db: TransactionalDatabase) -> bool:
+        """Hand the prepared database (and the lock) to `open_copies`; False if not kept."""
+        if self.open_copies is None:
+            return False
+        db.close_stores()
+        copy = OpenCopy(self.local, db, self.committed, self._prepared, self._db_options())
+        return self.open_copies.keep(copy)
+
     @property
     def prepared(self) -> VersionId | None:
         """The version this batch prepared (None before `prepare()`)."""
@@ -319,15 +360,22 @@ class PartitionState:
         if db is None:
             return
         self._db = None
+        kept = False
         try:
             if self._prepared is None:
                 for store in self._cached.values():
                     store.clear_cache()  # may hold writes of the failed attempt
-            db.close()
+            else:
+                kept = self._keep_open(db)
         finally:
             self._stores = {}
             self._cached = {}
-            self.local.unlock()
+            try:
+                if not kept:
+                    db.close()
+            finally:
+                if not kept:
+                    self.local.unlock()
             if self._own_uploader:
                 self.uploader.shutdown(wait=False)  # queued uploads still run
 

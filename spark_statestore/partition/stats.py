@@ -10,6 +10,7 @@ class PartitionMetrics:
     """Seconds, counts and bytes of one open/prepare cycle."""
 
     open_seconds: float = 0.0
+    kept_open: bool = False  # the copy was still open from this process's previous use
     restored: bool = False
     restore_seconds: float = 0.0
     changelogs_applied: int = 0

@@ -34,6 +34,7 @@ SUMMED = (
     "dropped_records",
     "changelogs_applied",
     "restored",
+    "kept_open",
 )
 MAXED = ("open_seconds", "restore_seconds", "prepare_seconds", "uncommitted_bytes_peak")
 

@@ -9,8 +9,11 @@ changes between batches. A worker keeps:
   this worker opens), its share of `spark.statestore.rocksdb.memoryBytes`;
 * the snapshot `Uploader` (one background thread), shut down when the worker exits;
 * the task states it opened: a task that failed without releasing its partition (Spark
-  does not call `close()` for a failed attempt) is aborted when the next task starts, so
-  that a partition is never held by an idle worker;
+  does not call `close()` for a failed attempt) is aborted when the next task starts;
+* the partitions it keeps open between tasks (`OpenCopies`, up to
+  `spark.statestore.keepOpen.partitions`, each for up to `.keepOpen.idleSeconds` unused):
+  Spark gives a partition's next batch to any idle worker of the executor, and the worker
+  that gets it asks the keeper to let go; the same worker reuses its open copy;
 * when it last swept the local directory for copies nobody used for a while (at most
   once every `SWEEP_EVERY_SECONDS`; see `sweep_idle_copies`).
 
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.partition.local import sweep_idle_copies
+from spark_statestore.partition.open_copies import OpenCopies
 from spark_statestore.partition.uploads import Uploader
 from spark_statestore.stores.rocksdb import RocksMemory
 
@@ -45,6 +49,7 @@ class WorkerRuntime:
         self.rocks_memory: RocksMemory | None = None
         self.uploader = Uploader()
         self.open_states: dict[int, "TaskState"] = {}
+        self.open_copies: OpenCopies | None = None
         self._swept_at = -math.inf
 
     def cache_for(self, bytes_per_task: int) -> ThreadCache | None:
@@ -63,6 +68,17 @@ class WorkerRuntime:
         if self.rocks_memory is None or self.rocks_memory.total_bytes != bytes_per_task:
             self.rocks_memory = RocksMemory(bytes_per_task)
         return self.rocks_memory
+
+    def open_copies_for(self, max_copies: int, idle_seconds: float) -> OpenCopies | None:
+        """The partitions this worker keeps open between tasks (None when it keeps none);
+        other limits than the last call's release the copies kept so far."""
+        copies = self.open_copies
+        if copies is not None and (copies.max_copies, copies.idle_seconds) != (max_copies, idle_seconds):
+            copies.close()
+            copies = self.open_copies = None
+        if copies is None and max_copies > 0:
+            copies = self.open_copies = OpenCopies(max_copies, idle_seconds)
+        return copies
 
     def sweep(self, local_dir: str, max_idle_seconds: float) -> list[str]:
         """Delete local copies idle for `max_idle_seconds` (rate-limited per worker)."""
@@ -86,6 +102,8 @@ class WorkerRuntime:
     def shutdown(self) -> None:
         """At exit: release open partitions, then finish the uploads already submitted."""
         self.abort_stale()
+        if self.open_copies is not None:
+            self.open_copies.close()
         self.uploader.shutdown(wait=True)
 
 

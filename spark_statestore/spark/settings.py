@@ -28,6 +28,8 @@ ROCKSDB_MEMORY_BYTES = "spark.statestore.rocksdb.memoryBytes"
 EARLY_TRIGGER_ENABLED = "spark.statestore.earlyTrigger.enabled"
 SIGNAL_PORT = "spark.statestore.earlyTrigger.signalPort"
 LOCAL_MAX_IDLE = "spark.statestore.localCopy.maxIdleSeconds"
+KEEP_OPEN_PARTITIONS = "spark.statestore.keepOpen.partitions"
+KEEP_OPEN_IDLE = "spark.statestore.keepOpen.idleSeconds"
 _BOOLEANS = {"true": True, "false": False}
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
@@ -111,6 +113,8 @@ SETTINGS = (
     Setting(EARLY_TRIGGER_ENABLED, "early_trigger_enabled", "true", parse_bool),
     Setting(SIGNAL_PORT, "signal_port", "0", parse_port),
     Setting(LOCAL_MAX_IDLE, "local_max_idle_seconds", "3600", lambda k, v: float(parse_int(k, v, 0))),
+    Setting(KEEP_OPEN_PARTITIONS, "keep_open_partitions", "8", lambda k, v: parse_int(k, v, 0)),
+    Setting(KEEP_OPEN_IDLE, "keep_open_idle_seconds", "30", lambda k, v: float(parse_int(k, v, 0))),
 )
 DEFAULTS = {s.key: s.default for s in SETTINGS if s.default is not None}
 
@@ -131,6 +135,8 @@ class StateStoreSettings:
     early_trigger_enabled: bool
     signal_port: int
     local_max_idle_seconds: float
+    keep_open_partitions: int
+    keep_open_idle_seconds: float
     task_slots: int = 1
 
     @classmethod

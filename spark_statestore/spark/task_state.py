@@ -71,6 +71,7 @@ class TaskState:
             partitions=self.config.partitions,
             uploader=runtime.uploader,
             rocks_memory=runtime.rocks_memory_for(settings.rocksdb_bytes_per_task()),
+            open_copies=runtime.open_copies_for(settings.keep_open_partitions, settings.keep_open_idle_seconds),
         )
         partition.open(self.task.batch_id)
         self.partition = partition
@@ -176,6 +177,7 @@ class TaskState:
             "task_attempt_id": self.task.task_attempt_id,
             "operator": self.config.operator,
             "open_seconds": metrics["open_seconds"],
+            "kept_open": int(metrics["kept_open"]),
             "restored": int(metrics["restored"]),
             "restore_seconds": metrics["restore_seconds"],
             "changelogs_applied": metrics["changelogs_applied"],

@@ -329,7 +329,10 @@ class RocksDatabase:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    def _flush_metadata_last(self) -> None:
+    def flush_in_order(self) -> None:
+        """Flush the memtables of the data column families, then the metadata's (a
+        `replayable` database: after a crash the metadata is never ahead of the data)."""
+        self._check_open()
         for name in sorted(self._names - {META_COLUMN_FAMILY}):
             self.column_family(name).flush(True)
         self.column_family(META_COLUMN_FAMILY).flush(True)
@@ -363,19 +366,27 @@ class RocksDatabase:
         for gen in list(self._scans):
             gen.close()
         self._scans = weakref.WeakSet()
-        if not self.wal:
-            if self.replayable:
-                self._flush_metadata_last()
-            else:
-                # closing flushes column families one by one; flush them together first so
-                # a kill during close cannot leave them at different points
-                self.flush()
-        self._open_flag = False
-        for cf in self._cfs.values():
-            cf.close()
-        self._cfs.clear()
-        self._db.close()
-        self._db = None  # type: ignore[assignment]
+        try:
+            if not self.wal:
+                if self.replayable:
+                    self.flush_in_order()
+                else:
+                    # closing flushes column families one by one; flush them together first
+                    # so a kill during close cannot leave them at different points
+                    self.flush()
+        finally:  # a failed flush (the directory was deleted) still releases the database
+            self._open_flag = False
+            failed: Exception | None = None
+            handles = [*self._cfs.values(), self._db]
+            self._cfs.clear()
+            self._db = None  # type: ignore[assignment]
+            for handle in handles:
+                try:
+                    handle.close()
+                except Exception as e:  # the first failure is raised, after every handle closed
+                    failed = failed or e
+            if failed is not None:
+                raise storage_error(failed)
 
     def __enter__(self) -> "RocksDatabase":
         return self

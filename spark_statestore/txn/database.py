@@ -493,14 +493,21 @@ class TransactionalDatabase:
         self._check_open()
         self.db.flush()
 
-    def close(self) -> None:
-        """Close every store and view, discard uncommitted writes, release the directory."""
-        if not self.db.is_open:
-            return
+    def close_stores(self) -> None:
+        """Close every store and view, keeping the database and its open transaction: the
+        holders of the old store objects get `StoreClosedError`, and the stores can be
+        opened again (seeing the transaction, which `commit` or `rollback` then ends)."""
         for view in list(self._views):
             view.close()
         for store in list(self._stores.values()):
             store.close()
+        self._stores.clear()
+
+    def close(self) -> None:
+        """Close every store and view, discard uncommitted writes, release the directory."""
+        if not self.db.is_open:
+            return
+        self.close_stores()
         self.db.close()
 
     def __enter__(self) -> "TransactionalDatabase":

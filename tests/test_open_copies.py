@@ -1,0 +1,342 @@
+"""Partitions kept open between batches (`OpenCopies`): reuse, correctness against the
+model, release on request from other openers (this process and others), limits, kills,
+crafted RELEASE files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from partition_workload import (
+    SPECS,
+    batch_ops,
+    commit_log,
+    expected,
+    partition_state,
+    read_state,
+    run,
+    run_batch,
+)
+from spark_statestore import ThreadCache
+from spark_statestore.errors import StoreClosedError, StoreLockedError
+from spark_statestore.partition import PartitionState
+from spark_statestore.partition.local import LocalPartitionDir
+from spark_statestore.partition.open_copies import OpenCopies
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def prepare_one(checkpoint: str, local: str, batch: int, key: bytes, value: bytes, **kwargs) -> None:
+    """One attempt of `batch` that writes `key` and prepares (Spark's commit not recorded)."""
+    state = partition_state(checkpoint, local, **kwargs)
+    state.open(batch)
+    state.store("kv").put(key, value)
+    state.prepare()
+    state.close()
+
+
+@pytest.fixture
+def copies():
+    pool = OpenCopies(max_copies=4, idle_seconds=3600)
+    yield pool
+    pool.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"cache": "yes"}, {"uncommitted_max_bytes": 64}, {"snapshot_interval": 3, "min_batches_to_retain": 4}],
+    ids=["plain", "cache", "spilling", "snapshots"],
+)
+def test_kept_copies_give_the_models_state(tmp_path, copies, options):
+    """Every batch after the first reuses the copy kept open, and the state is the model's
+    (with the record cache, with transactions that spill, with snapshots being taken)."""
+    options = dict(options)
+    if options.pop("cache", None):
+        options["cache"] = ThreadCache(1 << 16)
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    kept = run(checkpoint, local, 25, seed=5, open_copies=copies, **options)
+    assert kept == [False] + [True] * 24
+    assert len(copies) == 1
+    assert read_state(checkpoint, local, open_copies=copies) == expected(5, 24)
+    copies.close()
+    # a fresh process (no kept copy) and a fresh executor (no local copy) agree
+    assert read_state(checkpoint, local) == expected(5, 24)
+    assert read_state(checkpoint, str(tmp_path / "other")) == expected(5, 24)
+
+
+def test_the_kept_database_is_reused_and_old_stores_are_closed(tmp_path, copies):
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    state = partition_state(checkpoint, local, open_copies=copies)
+    run_batch(state, 1, 0, checkpoint)
+    state.open(1)
+    db = state._db
+    old = state.store("kv")
+    old.put(b"a", b"1")
+    state.prepare()
+    state.close()
+    with pytest.raises(StoreClosedError):
+        old.put(b"b", b"2")  # a store of the last batch must not write into the next one
+    state = partition_state(checkpoint, local, open_copies=copies)
+    state.open(2)
+    assert state._db is db and state.metrics.kept_open and state.metrics.changelogs_applied == 1
+    assert state.store("kv").get(b"a") == b"1"
+    assert state.store("kv").get(b"b") is None
+    state.close()
+
+
+def test_a_retried_batch_drops_the_pending_transaction(tmp_path, copies):
+    """Batch 3 prepared but Spark did not commit it: its retry starts from version 2."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    run(checkpoint, local, 3, seed=2, open_copies=copies)
+    prepare_one(checkpoint, local, 3, b"only-in-the-failed-attempt", b"x", open_copies=copies)
+    state = partition_state(checkpoint, local, open_copies=copies)
+    state.open(3)
+    assert state.metrics.kept_open and state.version == 2
+    assert state.store("kv").get(b"only-in-the-failed-attempt") is None
+    state.close()
+    run(checkpoint, local, 8, seed=2, open_copies=copies)
+    assert read_state(checkpoint, local) == expected(2, 7)
+
+
+def test_another_attempts_changelog_wins_over_the_pending_transaction(tmp_path, copies):
+    """A late attempt on another executor published batch 3 after this one: the durable
+    history builds on theirs, so the kept transaction is dropped and theirs applied."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    run(checkpoint, local, 3, seed=3, open_copies=copies)
+    prepare_one(checkpoint, local, 3, b"k", b"mine", open_copies=copies)
+    prepare_one(checkpoint, str(tmp_path / "executor-2"), 3, b"k", b"theirs")
+    state = partition_state(checkpoint, local, open_copies=copies)
+    state.open(4)
+    assert state.metrics.kept_open and state.version == 3
+    assert not state.metrics.restored  # theirs was applied to the kept copy, not rebuilt
+    assert state.store("kv").get(b"k") == b"theirs"
+    state.close()
+
+
+def test_other_options_reopen_the_database(tmp_path, copies):
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    run(checkpoint, local, 3, seed=4, open_copies=copies)
+    state = partition_state(checkpoint, local, open_copies=copies, uncommitted_max_bytes=1 << 20)
+    state.open(3)
+    assert not state.metrics.kept_open and state.version == 2
+    assert state._db.uncommitted_max_bytes == 1 << 20
+    state.close()
+    assert read_state(checkpoint, local) == expected(4, 2)
+
+
+def test_an_opener_in_this_process_gets_the_partition(tmp_path, copies):
+    """A state without the pool (or another pool) asks the keeper, which lets go."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    run(checkpoint, local, 4, seed=6, open_copies=copies)
+    assert len(copies) == 1
+    assert read_state(checkpoint, local, lock_timeout=30) == expected(6, 3)
+    assert len(copies) == 0 and copies.released_on_request == 1
+
+
+def test_a_copy_in_use_is_not_released(tmp_path, copies):
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    run(checkpoint, local, 2, seed=7, open_copies=copies)
+    state = partition_state(checkpoint, local, open_copies=copies)
+    state.open(2)  # taken from the pool: in use
+    other = partition_state(checkpoint, local, lock_timeout=0.5)
+    with pytest.raises(StoreLockedError):
+        other.open(2)
+    assert copies.released_on_request == 0
+    state.close()
+
+
+def test_an_opener_in_another_process_gets_the_partition(tmp_path, copies):
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    run(checkpoint, local, 5, seed=8, open_copies=copies)
+    assert len(copies) == 1
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "from partition_workload import run\n"
+        "run(%r, %r, 9, seed=8, lock_timeout=30)\n"
+    ) % (HERE, checkpoint, local)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    assert len(copies) == 0 and copies.released_on_request == 1
+    kept = run(checkpoint, local, 12, seed=8, open_copies=copies)  # back here: caught up
+    assert kept == [False, True, True]
+    assert read_state(checkpoint, local) == expected(8, 11)
+
+
+def test_copies_beyond_the_limit_and_idle_copies_are_released(tmp_path):
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    pool = OpenCopies(max_copies=2, idle_seconds=3600)
+    try:
+        for partition in range(3):
+            prepare_one(checkpoint, local, 0, b"p", b"%d" % partition, partition=partition, open_copies=pool)
+        assert len(pool) == 2
+        assert pool.take(LocalPartitionDir(local, checkpoint, 0).root) is None  # the oldest went
+        held = LocalPartitionDir(local, checkpoint, 0)
+        held.lock(0)  # and its lock is free
+        held.unlock()
+    finally:
+        pool.close()
+    idle = OpenCopies(max_copies=2, idle_seconds=0.2)
+    try:
+        state = partition_state(checkpoint, local, 1, open_copies=idle)
+        state.open(1)
+        state.prepare()
+        state.close()
+        assert len(idle) == 1
+        wait_until(lambda: len(idle) == 0, "the idle copy to be released")
+        free = LocalPartitionDir(local, checkpoint, 1)
+        free.lock(0)
+        free.unlock()
+    finally:
+        idle.close()
+
+
+def test_a_pool_that_keeps_nothing(tmp_path):
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    pool = OpenCopies(max_copies=0)
+    kept = run(checkpoint, local, 3, seed=9, open_copies=pool)
+    assert kept == [False, False, False] and len(pool) == 0
+    with pytest.raises(ValueError, match="max_copies"):
+        OpenCopies(max_copies=-1)
+    with pytest.raises(ValueError, match="idle_seconds"):
+        OpenCopies(idle_seconds=-1)
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_killed_while_keeping_a_copy(tmp_path, seed):
+    """kill -9 of a process that keeps the partition open (its memtables are lost): the
+    next opener, in another process, gets the committed state."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    script = os.path.join(HERE, "partition_workload.py")
+    proc = subprocess.Popen(
+        [sys.executable, script, checkpoint, local, "--seed", str(seed), "--batches", str(6 + seed % 3),
+         "--keep-open", "2", "--then-wait", "--limit", "200"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        for line in proc.stdout:
+            if line.strip() == "waiting":
+                break
+        else:
+            raise AssertionError(f"the workload ended early with {proc.wait()}")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    last = 5 + seed % 3
+    assert read_state(checkpoint, local) == expected(seed, last)
+    run(checkpoint, local, last + 4, seed=seed)
+    assert read_state(checkpoint, local) == expected(seed, last + 3)
+
+
+def test_killed_in_the_middle_of_a_batch_that_reused_its_copy(tmp_path):
+    """kill -9 while a batch that reused its kept copy is half written (after the pending
+    transaction committed): the batch is re-run from the committed state."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    code = (
+        "import os, signal, sys; sys.path.insert(0, %r)\n"
+        "from partition_workload import partition_state, run, batch_ops, apply_ops\n"
+        "from spark_statestore.partition.open_copies import OpenCopies\n"
+        "pool = OpenCopies()\n"
+        "run(%r, %r, 5, seed=14, open_copies=pool)\n"
+        "state = partition_state(%r, %r, open_copies=pool)\n"
+        "state.open(5)\n"
+        "assert state.metrics.kept_open\n"
+        "apply_ops(batch_ops(99, 5), state.store('kv'), state.store('win'))\n"
+        "state.store('kv').put(b'never', b'committed')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    ) % (HERE, checkpoint, local, checkpoint, local)
+    proc = subprocess.run([sys.executable, "-c", code], timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    assert read_state(checkpoint, local) == expected(14, 4)
+    run(checkpoint, local, 8, seed=14)
+    assert read_state(checkpoint, local) == expected(14, 7)
+
+
+def test_crafted_release_files(tmp_path, copies):
+    """Whatever is where the RELEASE FIFO goes is replaced by one; a requester writes only
+    into a FIFO (never a regular file, never through a link)."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"")
+    copy_dir = LocalPartitionDir(local, checkpoint, 0)
+    os.makedirs(copy_dir.root)
+    for number, crafted in enumerate(("file", "link", "directory")):
+        path = copy_dir.release_path
+        if crafted == "file":
+            with open(path, "wb") as f:
+                f.write(b"")
+            copy_dir.request_release()
+            assert os.path.getsize(path) == 0
+        elif crafted == "link":
+            os.symlink(outside, path)
+            copy_dir.request_release()
+        else:
+            os.mkdir(path)
+            copy_dir.request_release()
+        kept = run(checkpoint, local, 2 + number, seed=15, open_copies=copies)
+        assert kept == ([False, True] if number == 0 else [False])
+        assert stat.S_ISFIFO(os.lstat(path).st_mode)
+        assert outside.read_bytes() == b""
+        assert read_state(checkpoint, local, lock_timeout=30) == expected(15, 1 + number)
+        assert len(copies) == 0  # released to the reader
+        os.remove(path)
+
+
+def test_a_flush_under_way_does_not_race_the_next_batch(tmp_path):
+    """The pool's thread flushes a kept copy while the next batch takes it, many times
+    over: the taker waits for the flush (rocksdict refuses concurrent use)."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    pool = OpenCopies()
+    try:
+        errors = []
+
+        def batches() -> None:
+            try:
+                run(checkpoint, local, 60, seed=16, open_copies=pool)
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        worker = threading.Thread(target=batches)
+        worker.start()
+        worker.join(600)
+        assert not errors, errors
+        assert read_state(checkpoint, local, open_copies=pool) == expected(16, 59)
+    finally:
+        pool.close()
+    with open(commit_log(checkpoint)) as f:
+        assert len(f.read().split()) == 60
+
+
+def test_open_copies_is_checked(tmp_path):
+    with pytest.raises(TypeError, match="open_copies"):
+        PartitionState(str(tmp_path / "cp"), 0, SPECS, local_dir=str(tmp_path / "l"), open_copies="yes")
+
+
+def test_a_kept_copy_whose_directory_was_deleted_is_not_used(tmp_path, copies):
+    """The local directory is removed (a cleanup, a 'new executor') while a copy of it is
+    kept open: the next batch restores from the durable state instead of using it."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    run(checkpoint, local, 4, seed=17, open_copies=copies)
+    assert len(copies) == 1
+    shutil.rmtree(local)
+    state = partition_state(checkpoint, local, open_copies=copies)
+    state.open(4)
+    assert not state.metrics.kept_open and state.metrics.restored
+    state.close()
+    run(checkpoint, local, 7, seed=17, open_copies=copies)
+    assert read_state(checkpoint, local) == expected(17, 6)
