@@ -419,3 +419,50 @@ def test_exception_after_the_marker_closes_the_database_and_says_to_reopen(tmp_p
             db.commit({"n": 1})
     assert not db.is_open
     assert not kv.is_open
+
+
+def test_a_commit_built_ahead_is_written_as_it_would_have_been(tmp_path):
+    """`build_commit` while every store is closed, then `commit` writes that batch; a store
+    opened (and written) in between discards it, a spilled transaction builds nothing, and
+    other offsets than the built ones commit the usual way."""
+    db = TransactionalDatabase(str(tmp_path / "db"), wal=False)
+    kv = db.key_value_store("kv")
+    kv.put(b"a", b"1")
+    kv.put(b"gone", b"x")
+    kv.commit({"v": 1})
+    kv.put(b"b", b"2")
+    kv.delete(b"gone")
+    with pytest.raises(StateStoreError, match="stores are open"):
+        db.build_commit({"v": 2})
+    db.close_stores()
+    with pytest.raises(StoreClosedError):
+        kv.put(b"late", b"x")
+    assert db.build_commit({"v": 2}) is True
+    db.commit({"v": 2})
+    kv = db.key_value_store("kv")
+    assert list(kv.all()) == [(b"a", b"1"), (b"b", b"2")] and db.committed_offset("v") == 2
+
+    kv.put(b"c", b"3")
+    db.close_stores()
+    db.build_commit({"v": 3})
+    kv = db.key_value_store("kv")  # opening a store discards the built batch
+    kv.put(b"d", b"4")
+    db.commit({"v": 3})
+    assert dict(kv.all())[b"d"] == b"4"
+
+    kv.put(b"e", b"5")
+    db.close_stores()
+    db.build_commit({"v": 4})
+    db.commit({"v": 5})  # not the built offsets
+    kv = db.key_value_store("kv")
+    assert db.committed_offset("v") == 5 and kv.get(b"e") == b"5"
+    db.close()
+
+    spilling = TransactionalDatabase(str(tmp_path / "spill"), wal=False, uncommitted_max_bytes=0)
+    kv = spilling.key_value_store("kv")
+    kv.put(b"k", b"v")
+    spilling.close_stores()
+    assert spilling.build_commit({"v": 1}) is False
+    spilling.commit({"v": 1})
+    assert spilling.key_value_store("kv").get(b"k") == b"v"
+    spilling.close()
