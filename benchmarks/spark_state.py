@@ -206,6 +206,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--steady", action="store_true", help="steady-state mode (see benchmarks/steady_state.py)")
     parser.add_argument("--state-size", action="store_true", help="open/prepare and RSS with 1M and 10M keys")
+    parser.add_argument("--state-keys", default="1000000,10000000", help="--state-size: key counts, comma-separated")
     parser.add_argument("--rows-per-batch", type=int, default=2_000_000, help="--steady: rows per micro-batch")
     parser.add_argument("--batches", type=int, default=5, help="--steady: measured batches after the warm-up")
     parser.add_argument("--warmup", type=int, default=1, help="--steady: warm-up batches")
@@ -219,6 +220,7 @@ def main() -> None:
 
         if args.rows_per_batch == 2_000_000:
             args.rows_per_batch = 10_000
+        args.state_keys = [int(k) for k in args.state_keys.split(",")]
         steady_state.state_size(args, _builder())
         return
     if args.steady:

@@ -294,7 +294,7 @@ def state_size(args: Any, spark_builder: Any) -> None:
     )
     phases = [("load", 1, "8"), ("kept open", args.batches, "8"), ("closed each task", args.batches, "0")]
     results = {}
-    for keys in (1_000_000, 10_000_000):
+    for keys in args.state_keys:
         inputs = os.path.join(workdir, f"input-{keys}")
         checkpoint = os.path.join(workdir, f"checkpoint-{keys}")
         os.makedirs(inputs)
@@ -326,6 +326,9 @@ def state_size(args: Any, spark_builder: Any) -> None:
                 # the first batch of a session opens its copy: the steady state comes after
                 mine = tasks[(tasks["query_id"] == str(query.id)) & (tasks["batch_id"] > files[0])]
                 small = [row for b, rows in peaks if b in files for row in rows]
+                print(f"  open ms by batch: {list((mine['open_seconds'] * 1000).round(1))}; of which applying: "
+                      f"{list((mine['apply_seconds'] * 1000).round(1))}; prepare ms: "
+                      f"{list((mine['prepare_seconds'] * 1000).round(1))}", flush=True)
                 results[keys, phase] = (
                     mine["open_seconds"].median() * 1000,
                     mine["prepare_seconds"].median() * 1000,
@@ -344,8 +347,13 @@ def state_size(args: Any, spark_builder: Any) -> None:
           "(medians over the batches after each session's first)")
     print_table(["state", "partition between tasks", "open ms", "prepare ms", "open+prepare ms", "copy reused",
                  "worker peak RSS MiB"], rows)
-    one, ten = results[1_000_000, "kept open"], results[10_000_000, "kept open"]
-    closed = results[1_000_000, "closed each task"]
-    print(f"peak RSS 10M/1M = {ten[3] / one[3]:.2f}")
-    print(f"open+prepare at 1M keys, closed each task / kept open = {(closed[0] + closed[1]) / (one[0] + one[1]):.2f}")
-    print(f"headline: open+prepare ms 10M/1M keys per partition = {(ten[0] + ten[1]) / (one[0] + one[1]):.2f}")
+    small, large = args.state_keys[0], args.state_keys[-1]
+    one, ten = results[small, "kept open"], results[large, "kept open"]
+    closed = results[small, "closed each task"]
+    kept_ratio = (closed[0] + closed[1]) / (one[0] + one[1])
+    print(f"open+prepare at {small:,} keys, closed each task / kept open = {kept_ratio:.2f}")
+    if small == large:
+        print(f"headline: open+prepare ms closed each task / kept open = {kept_ratio:.2f}")
+        return
+    print(f"peak RSS {large:,}/{small:,} keys = {ten[3] / one[3]:.2f}")
+    print(f"headline: open+prepare ms {large:,}/{small:,} keys per partition = {(ten[0] + ten[1]) / (one[0] + one[1]):.2f}")

@@ -80,7 +80,16 @@ def test_kept_copies_give_the_models_state(tmp_path, copies, options):
     assert read_state(checkpoint, str(tmp_path / "other")) == expected(5, 24)
 
 
-def test_the_kept_database_is_reused_and_old_stores_are_closed(tmp_path, copies):
+@pytest.fixture
+def pending_copies():
+    """A pool that leaves the prepared batch pending until the next open."""
+    pool = OpenCopies(max_copies=4, idle_seconds=3600, apply_ahead=False)
+    yield pool
+    pool.close()
+
+
+def test_the_kept_database_is_reused_and_old_stores_are_closed(tmp_path, pending_copies):
+    copies = pending_copies
     checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
     state = partition_state(checkpoint, local, open_copies=copies)
     run_batch(state, 1, 0, checkpoint)
@@ -100,33 +109,65 @@ def test_the_kept_database_is_reused_and_old_stores_are_closed(tmp_path, copies)
     state.close()
 
 
-def test_a_retried_batch_drops_the_pending_transaction(tmp_path, copies):
-    """Batch 3 prepared but Spark did not commit it: its retry starts from version 2."""
+def test_applied_ahead_the_next_open_has_nothing_to_apply(tmp_path, copies):
+    """The thread committed the prepared batch into the kept copy while it waited: the
+    next open, here or in an opener the keeper lets go to, starts at that version."""
+    checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
+    run(checkpoint, local, 3, seed=10, open_copies=copies)
+    copies.settle()
+    assert copies.applied_ahead == 3
+    state = partition_state(checkpoint, local, open_copies=copies)
+    state.open(3)
+    assert state.metrics.kept_open and state.version == 2 and state.metrics.changelogs_applied == 0
+    state.store("kv").put(b"k", b"v")
+    state.prepare()
+    state.close()
+    copies.settle()
+    other = partition_state(checkpoint, local, lock_timeout=30)
+    other.open(4)
+    assert not other.metrics.restored and other.metrics.changelogs_applied == 0 and other.version == 3
+    assert other.store("kv").get(b"k") == b"v"
+    other.close()
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["pending", "applied-ahead"])
+def test_a_retried_batch_starts_from_the_version_before(tmp_path, ahead):
+    """Batch 3 prepared but Spark did not commit it: its retry starts from version 2 (a
+    pending transaction is dropped; a copy applied ahead is rebuilt)."""
+    copies = OpenCopies(apply_ahead=ahead)
     checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
     run(checkpoint, local, 3, seed=2, open_copies=copies)
     prepare_one(checkpoint, local, 3, b"only-in-the-failed-attempt", b"x", open_copies=copies)
+    copies.settle()
     state = partition_state(checkpoint, local, open_copies=copies)
     state.open(3)
     assert state.metrics.kept_open and state.version == 2
+    assert state.metrics.restored is ahead
     assert state.store("kv").get(b"only-in-the-failed-attempt") is None
     state.close()
     run(checkpoint, local, 8, seed=2, open_copies=copies)
+    copies.close()
     assert read_state(checkpoint, local) == expected(2, 7)
 
 
-def test_another_attempts_changelog_wins_over_the_pending_transaction(tmp_path, copies):
+@pytest.mark.parametrize("ahead", [False, True], ids=["pending", "applied-ahead"])
+def test_another_attempts_changelog_wins_over_the_kept_batch(tmp_path, ahead):
     """A late attempt on another executor published batch 3 after this one: the durable
-    history builds on theirs, so the kept transaction is dropped and theirs applied."""
+    history builds on theirs, so the kept batch is dropped and theirs applied (pending),
+    or the copy, which applied the losing batch ahead, is rebuilt."""
+    copies = OpenCopies(apply_ahead=ahead)
     checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
     run(checkpoint, local, 3, seed=3, open_copies=copies)
     prepare_one(checkpoint, local, 3, b"k", b"mine", open_copies=copies)
+    copies.settle()
     prepare_one(checkpoint, str(tmp_path / "executor-2"), 3, b"k", b"theirs")
     state = partition_state(checkpoint, local, open_copies=copies)
     state.open(4)
     assert state.metrics.kept_open and state.version == 3
-    assert not state.metrics.restored  # theirs was applied to the kept copy, not rebuilt
+    assert state.metrics.restored is ahead  # pending: theirs is applied to the kept copy
     assert state.store("kv").get(b"k") == b"theirs"
     state.close()
+    copies.close()
 
 
 def test_other_options_reopen_the_database(tmp_path, copies):
@@ -214,6 +255,8 @@ def test_a_pool_that_keeps_nothing(tmp_path):
         OpenCopies(max_copies=-1)
     with pytest.raises(ValueError, match="idle_seconds"):
         OpenCopies(idle_seconds=-1)
+    with pytest.raises(TypeError, match="apply_ahead"):
+        OpenCopies(apply_ahead="yes")
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])

@@ -2,23 +2,28 @@
 
 Most of what a task pays to open its partition is fixed: opening RocksDB, and reading back
 and applying the changelog the previous batch prepared. When a task prepared its batch,
-its database can instead stay open here, locked, with the prepared transaction still
-pending. If the same process gets the partition's next batch (a Python worker runs a
-partition's batches back to back more often than not), the next open commits that
-pending transaction, once the durable history says the changelog it prepared is the
-one that committed, instead of reopening RocksDB and reading the changelog back.
+its database can instead stay open here, locked, with the prepared batch as its pending
+transaction. If the same process gets the partition's next batch (a Python worker runs a
+partition's batches back to back more often than not) it reuses the open database.
 
-While a copy waits, a thread does what it can ahead of the next open, off the task's
-path: it flushes the memtables (data first, metadata last, as closing would; writing into
-a memtable gets slower as it fills: about 6 ms more per 10k random keys at 150k entries,
-measured), and it builds the write batch that commits the pending transaction
-(`TransactionalDatabase.build_commit`), so the next open only writes it.
+While a copy waits, a thread does the next open's work ahead of it, off the task's path
+(`apply_ahead`): it commits the pending transaction into the copy, recording the version
+and identity it prepared, and flushes the memtables (data first, metadata last, as closing
+would; writing into a memtable gets slower as it fills: about 6 ms more per 10k random keys
+at 150k entries, measured). The copy then runs ahead of what Spark has committed, which
+the partition protocol allows: a local copy is only ever used where it lies on the durable
+history (`Recovery`). When Spark commits the batch, as it nearly always does, the next
+open, in this process or any other on the host, finds the copy at the version it needs.
+When it does not (the batch is retried, or another attempt's changelog won), the copy is
+ahead of or off the durable history and is rebuilt from the durable state, which costs a
+restore instead of a rollback. Without `apply_ahead` the transaction stays pending and the
+next open commits it (or drops it).
 
-A kept copy is released (its transaction dropped, its database closed, its lock freed):
+A kept copy is released (its database closed, its lock freed):
 
 * on request: an opener in another process (or another opener in this one) that finds the
   lock taken writes to the copy's `RELEASE` FIFO (`LocalPartitionDir.request_release`),
-  and a thread here, waiting on the FIFOs of every kept copy, releases it;
+  and the thread, waiting on the FIFOs of every kept copy, releases it;
 * when more than `max_copies` are kept (least recently used first), after `idle_seconds`
   without use, and at `close()`.
 
@@ -40,7 +45,7 @@ from typing import Any
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import PartitionMetadata, VersionId
 from spark_statestore.txn.database import TransactionalDatabase
-from spark_statestore.validation import check_int, check_seconds
+from spark_statestore.validation import check_bool, check_int, check_seconds
 
 log = logging.getLogger("spark_statestore.partition")
 
@@ -50,8 +55,9 @@ class OpenCopy:
     """A partition's local copy, open and locked, between two uses.
 
     `pending` is the version whose changes are the database's open transaction (prepared,
-    not yet known to be committed); `options` are what the database was opened with (a
-    copy is reused only by an opener that would open it the same way)."""
+    not yet known to be committed; None once applied ahead); `options` are what the
+    database was opened with (a copy is reused only by an opener that would open it the
+    same way)."""
 
     local: LocalPartitionDir
     db: TransactionalDatabase
@@ -60,8 +66,8 @@ class OpenCopy:
     options: tuple[Any, ...]
     kept_at: float = field(default_factory=time.monotonic)
     ends: tuple[int, int] | None = None  # the RELEASE FIFO, while kept
-    flushed: bool = False
-    busy: threading.Lock = field(default_factory=threading.Lock)  # held while being flushed
+    settled: bool = False  # the thread did its work on it (applied ahead, flushed)
+    busy: threading.Lock = field(default_factory=threading.Lock)  # held while the thread works on it
 
     def release(self) -> None:
         """Close the database (its open transaction is dropped) and free the lock."""
@@ -74,9 +80,10 @@ class OpenCopy:
 class OpenCopies:
     """The copies one process keeps open (see module docstring)."""
 
-    def __init__(self, max_copies: int = 8, idle_seconds: float = 30.0) -> None:
+    def __init__(self, max_copies: int = 8, idle_seconds: float = 30.0, apply_ahead: bool = True) -> None:
         self.max_copies = check_int(max_copies, "max_copies", 0)
         self.idle_seconds = check_seconds(idle_seconds, "idle_seconds")
+        self.apply_ahead = check_bool(apply_ahead, "apply_ahead")
         self._copies: dict[str, OpenCopy] = {}  # by local root, least recently kept first
         self._lock = threading.Lock()
         self._wake_read, self._wake_write = os.pipe()
@@ -85,6 +92,7 @@ class OpenCopies:
         self._thread: threading.Thread | None = None
         self._closed = False
         self.released_on_request = 0
+        self.applied_ahead = 0
 
     def __len__(self) -> int:
         with self._lock:
@@ -120,10 +128,26 @@ class OpenCopies:
                 return None
             self._remove(root)
         self._wake()
-        with copy.busy:  # a flush under way finishes first
+        with copy.busy:  # the thread's work on it finishes first
             pass
         copy.local.touch()
         return copy
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait until the thread did its work on every kept copy (for tests and benchmarks
+        that need one outcome of the race between that work and the next open)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                copies = list(self._copies.values())
+            if all(c.settled for c in copies):
+                for copy in copies:
+                    with copy.busy:
+                        pass
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"kept copies did not settle in {timeout}s")
+            time.sleep(0.005)
 
     def discard(self, copy: OpenCopy, why: str) -> None:
         """Release a copy taken from this pool that cannot be used (errors are logged)."""
@@ -181,7 +205,7 @@ class OpenCopies:
             for fd in watched:
                 poller.register(fd, select.POLLIN)
             timeout = None if oldest is None else max(0.0, oldest + self.idle_seconds - time.monotonic()) * 1000
-            if self._flush_one():
+            if self._work_on_one():
                 continue
             ready = [fd for fd, _ in poller.poll(timeout)]
             _drain(self._wake_read)
@@ -203,21 +227,23 @@ class OpenCopies:
                 self._release(copy, f"unused for {self.idle_seconds:g}s")
 
 
-    def _flush_one(self) -> bool:
-        """Flush one kept copy that is not flushed yet, and build the commit of its pending
-        transaction; False if there is none."""
+    def _work_on_one(self) -> bool:
+        """Apply ahead and flush one kept copy the thread has not worked on yet; False if
+        there is none."""
         with self._lock:
-            copy = next((c for c in self._copies.values() if not c.flushed), None)
+            copy = next((c for c in self._copies.values() if not c.settled), None)
             if copy is None:
                 return False
-            copy.flushed = True
+            copy.settled = True
             copy.busy.acquire()  # before the pool lock is let go: `take` waits for it
         try:
+            if self.apply_ahead and copy.pending is not None:
+                copy.db.commit(PartitionMetadata.committed_offsets(copy.pending))
+                copy.committed, copy.pending = copy.pending, None
+                self.applied_ahead += 1
             copy.db.db.flush_in_order()
-            if copy.pending is not None:
-                copy.db.build_commit(PartitionMetadata.committed_offsets(copy.pending))
-        except Exception as e:  # the next open does it the usual way (or finds the copy broken)
-            log.warning("flushing the kept copy %s failed: %s", copy.local.root, e)
+        except Exception as e:  # the next open finds out what state the copy is in
+            log.warning("working ahead on the kept copy %s failed: %s", copy.local.root, e)
         finally:
             copy.busy.release()
         return True

@@ -241,9 +241,11 @@ class Recovery:
         version = pending.version
         if version == committed.version + 1 and version <= target and version in self._changelogs:
             if self._durable_id(version) == pending.id:
+                started = time.perf_counter()
                 db.commit(PartitionMetadata.committed_offsets(pending))
                 fault_point("open:after-apply")
                 self.metrics.changelogs_applied += 1
+                self.metrics.apply_seconds += time.perf_counter() - started
                 return pending
         db.rollback()
         return committed
@@ -277,6 +279,7 @@ class Recovery:
                     f"is at version {committed.version} (identities {changelog.base_id:x} and {committed.id:x})"
                 )
             applied = VersionId(version, changelog.id)
+            started = time.perf_counter()
             try:
                 db.replay_blocks(
                     changelog.ranges(),
@@ -289,6 +292,7 @@ class Recovery:
             fault_point("open:after-apply")
             committed = applied
             self.metrics.changelogs_applied += 1
+            self.metrics.apply_seconds += time.perf_counter() - started
         return committed
 
     def _changelog(self, version: int) -> Changelog:

@@ -12,8 +12,10 @@ Version N is the state after batch N.
   changelog N commits when a later `open` applies it, after Spark committed batch N. An
   attempt that prepares after Spark's commit log holds batch N (a zombie) is refused.
 * `close()` releases the partition; what was not prepared is discarded. With
-  `open_copies`, a prepared partition's database stays open instead, its transaction
-  pending, for this process's next `open` of the partition (see `open_copies.py`).
+  `open_copies`, a prepared partition's database stays open instead, for this process's
+  next `open` of the partition, and the prepared batch is applied to it ahead of Spark's
+  commit while it waits (see `open_copies.py`: the local copy may run ahead of the
+  committed version; `Recovery` never uses a copy that is not on the durable history).
 
 The record cache of a worker outlives a partition's open/close: a store's cached entries
 are kept in a named cache keyed by the identity of the version they are valid for

@@ -14,6 +14,7 @@ class PartitionMetrics:
     restored: bool = False
     restore_seconds: float = 0.0
     changelogs_applied: int = 0
+    apply_seconds: float = 0.0  # applying changelogs (or committing the kept copy's pending batch)
     changelogs_downloaded: int = 0
     prepare_seconds: float = 0.0
     changelog_bytes: int = 0

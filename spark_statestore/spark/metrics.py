@@ -36,7 +36,7 @@ SUMMED = (
     "restored",
     "kept_open",
 )
-MAXED = ("open_seconds", "restore_seconds", "prepare_seconds", "uncommitted_bytes_peak")
+MAXED = ("open_seconds", "apply_seconds", "restore_seconds", "prepare_seconds", "uncommitted_bytes_peak")
 
 
 class TaskRecordsParam(AccumulatorParam):

@@ -181,6 +181,7 @@ class TaskState:
             "restored": int(metrics["restored"]),
             "restore_seconds": metrics["restore_seconds"],
             "changelogs_applied": metrics["changelogs_applied"],
+            "apply_seconds": metrics["apply_seconds"],
             "prepare_seconds": metrics["prepare_seconds"],
             "rows_written": metrics["changelog_records"],
             "changelog_bytes": metrics["changelog_bytes"],

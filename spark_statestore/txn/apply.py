@@ -97,14 +97,11 @@ def apply_changes(
     blocks: Iterable[Block],
     final: Mapping[bytes, bytes | None],
     chunk_bytes: float = math.inf,
-    write: Callable[[rocksdict.WriteBatch], Any] | None = None,
 ) -> int:
     """Apply `ranges` (per column family), the writes of `blocks` `(family, keys, values)`
     (`None`: delete) and the metadata updates `final`; returns the number of batches
     written. A block whose entries fit in the current chunk is written in one tight loop
-    (a restore applies every change of every changelog through here). `write` receives
-    each batch instead of the database (to build a commit ahead of time)."""
-    write = write or db.write
+    (a restore applies every change of every changelog through here)."""
     handles: dict[str, Any] = {}
 
     def handle(name: str) -> Any:
@@ -141,7 +138,7 @@ def apply_changes(
                     batch.put(key, value, h)
                     size += len(key) + len(value)
                 if size >= chunk_bytes:
-                    write(batch)
+                    db.write(batch)
                     batches += 1
                     fault_point("apply:after-chunk")
                     batch = rocksdict.WriteBatch(raw_mode=True)
@@ -152,10 +149,10 @@ def apply_changes(
                 batch.delete(key, meta)
             else:
                 batch.put(key, value, meta)
-        write(batch)
+        db.write(batch)
         return batches + 1
     finally:
         # a raised error's traceback keeps this frame alive: column-family handles left in
         # its variables would keep the database open (and locked) after `close()`
         handles.clear()
-        h = meta = batch = put = delete = write = None  # noqa: F841
+        h = meta = batch = put = delete = None  # noqa: F841

@@ -93,10 +93,6 @@ def _offset_key(name: str) -> bytes:
     return _OFFSET_PREFIX + _utf8(name, "offset name")
 
 
-def _offset_entries(offsets: Mapping[str, int]) -> dict[bytes, bytes | None]:
-    return {_offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in offsets.items()}
-
-
 def _property_key(name: Any, what: str = "property name") -> bytes:
     return _PROPERTY_PREFIX + _utf8(name, what)
 
@@ -177,7 +173,6 @@ class TransactionalDatabase:
         self._keyspaces: dict[str, TransactionalKeySpace] = {}
         self._stores: dict[str, Any] = {}
         self._views: weakref.WeakSet[ReadOnlyView] = weakref.WeakSet()
-        self._built: tuple[dict[str, int], Any] | None = None  # see `build_commit`
         self._meta = self.db.column_family(META_COLUMN_FAMILY)
         try:
             self._recover()
@@ -193,7 +188,6 @@ class TransactionalDatabase:
         if name in self._stores:
             raise ValueError(f"store {name!r} is already open in {self.path}")
         self.db.register_store(name, spec)
-        self._built = None  # the store may write: a commit built earlier would miss that
         keyspace = self._keyspaces.get(name)
         if keyspace is None:
             keyspace = self._keyspaces[name] = TransactionalKeySpace(self.db, name, self.budget)
@@ -271,43 +265,19 @@ class TransactionalDatabase:
         offsets = check_offsets(offsets)
         started = time.perf_counter()
         with self._lock:
-            built, self._built = self._built, None
-            final = _offset_entries(offsets)
+            final: dict[bytes, bytes | None] = {
+                _offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in offsets.items()
+            }
             if any(ks.staging is not None for ks in self._keyspaces.values()):
                 self._commit_staged(final)
             else:
                 fault_point("commit:before-write")
-                if built is not None and built[0] == offsets:
-                    self.db.write(built[1])
-                else:
-                    apply_changes(self.db, self._ranges(), self._pending_blocks(), final)
+                apply_changes(self.db, self._ranges(), self._pending_blocks(), final)
                 fault_point("commit:after-write")
             self._end_transaction()
         self.metrics.record_commit(time.perf_counter() - started)
 
-    def build_commit(self, offsets: Mapping[str, int] | None = None) -> bool:
-        """Do a commit's work short of writing it: build the write batch that commits the
-        open transaction with `offsets`, which `commit(offsets)` then writes (a process
-        can do this while it waits). Every store must be closed; opening one discards the
-        batch. False (nothing built) when the transaction spilled: its commit goes through
-        its staging marker."""
-        self._check_open()
-        offsets = check_offsets(offsets)
-        with self._lock:
-            if self._stores:
-                raise StateStoreError(
-                    f"cannot build a commit of {self.path} while stores are open: {sorted(self._stores)}"
-                )
-            self._built = None
-            if any(ks.staging is not None for ks in self._keyspaces.values()):
-                return False
-            batches: list[Any] = []
-            apply_changes(self.db, self._ranges(), self._pending_blocks(), _offset_entries(offsets), write=batches.append)
-            self._built = (offsets, batches[0])
-            return True
-
     def _end_transaction(self) -> None:
-        self._built = None
         for keyspace in self._keyspaces.values():
             keyspace.reset()
         self.budget.reset()
@@ -361,7 +331,9 @@ class TransactionalDatabase:
         chunk_bytes: float,
     ) -> None:
         self._check_open()
-        final = _offset_entries(check_offsets(offsets))
+        final: dict[bytes, bytes | None] = {
+            _offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in check_offsets(offsets).items()
+        }
         final.update(_property_entries(properties or {}))
         ranges = _check_ranges(ranges)
         with self._lock:
