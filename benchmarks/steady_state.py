@@ -215,7 +215,7 @@ def main(args: Any, spark_builder: Any) -> None:
     ]
     only = set(args.only.split(",")) if args.only else None
     results: dict[str, tuple[float, int]] = {}
-    task_times: dict[str, tuple[float, float]] = {}
+    task_times: dict[str, tuple[float, float, float]] = {}
     metrics = metrics_for(spark)
     for label, mode, build in variants:
         if only and not any(word in label for word in only):
@@ -228,7 +228,7 @@ def main(args: Any, spark_builder: Any) -> None:
         if not tasks.empty and "query_id" in tasks:
             mine = tasks[(tasks["query_id"] == str(query.id)) & (tasks["batch_id"] >= args.warmup)]
             if not mine.empty:
-                task_times[label] = (mine["open_seconds"].median(), mine["prepare_seconds"].median())
+                task_times[label] = (mine["open_seconds"].median(), mine["prepare_seconds"].median(), mine["kept_open"].mean())
         print(f"{label}: {results[label][0]:,.0f} rows/s over {results[label][1]} batches", flush=True)
     spark.stop()
     if not args.workdir:
@@ -242,11 +242,11 @@ def return_rows(results: dict, task_times: dict, args: Any) -> None:
     floor = results.get("floor: mapInArrow identity", (float("nan"), 0))[0]
     table = []
     for label, (rate, _) in results.items():
-        opened, prepared = task_times.get(label, (float("nan"), float("nan")))
-        table.append([label, rate, rate / floor, opened * 1000, prepared * 1000])
+        opened, prepared, kept = task_times.get(label, (float("nan"), float("nan"), float("nan")))
+        table.append([label, rate, rate / floor, opened * 1000, prepared * 1000, kept])
     print(f"\n{args.rows_per_batch:,} rows per batch, {args.keys:,} keys, {args.batches} batches after "
           f"{args.warmup} warm-up, local[2], {args.partitions} partitions")
-    print_table(["query", "rows/s", "vs floor", "open ms (median)", "prepare ms (median)"], table)
+    print_table(["query", "rows/s", "vs floor", "open ms (median)", "prepare ms (median)", "copy reused"], table)
     sql = results.get("Spark SQL window aggregation", (float("nan"), 0))[0]
     window = max(results.get("window per partition, cache on", (0, 0))[0], results.get("window per partition, cache off", (0, 0))[0])
     print(f"headline: per-partition windowed count / Spark SQL windowed count rows per second = {window / sql:.2f}")

@@ -5,8 +5,10 @@ index and the version counter right).
 
 Point operations cost what a dict costs. The sorted index of keys (a
 `sortedcontainers.SortedList`) is built on the first ordered walk and maintained from then
-on, so a map that is only used for point reads and writes (most transaction buffers,
-most cache segments) never pays for ordering.
+on, until `clear()` drops it, so a map that is only used for point reads and writes (most
+transaction buffers, most cache segments) never pays for ordering, and a buffer that is
+walked once per use (a transaction's changes, at its end) pays once per use: sorting its
+keys then costs less than keeping every insert in order (about 0.3 against 3 µs a key).
 
 Ordered walks (`iter_keys`) are *live*: they take keys from the index in small chunks and
 check a structural version counter before every key they hand out. If a key was added
@@ -31,13 +33,14 @@ _NONE: Any = object()
 class SortedMap:
     """A dict (`data`) plus a lazily built, then maintained, sorted key index."""
 
-    __slots__ = ("data", "get", "_keys", "version")
+    __slots__ = ("data", "get", "_keys", "_eager", "version")
 
     def __init__(self, eager: bool = False, ordered: bool = False) -> None:
         # `ordered`: keys also keep a recency order (`touch`, `oldest_key`), for LRU caches
         self.data: dict = OrderedDict() if ordered else {}
         # `get(key, default=None)`: the dict's own method, bound once (no Python frame)
         self.get = self.data.get
+        self._eager = eager
         self._keys: SortedList | None = SortedList() if eager else None
         self.version = 0  # bumped on every insert of a new key and every removal
 
@@ -83,6 +86,8 @@ class SortedMap:
         self.data.clear()
         if self._keys is not None:
             self._keys.clear()
+            if not self._eager:
+                self._keys = None  # built again by the next ordered walk
         self.version += 1
 
     def sorted_keys(self) -> SortedList:
@@ -107,11 +112,11 @@ class SortedMap:
         reverse: bool = False,
     ) -> Iterator[Any]:
         """Live ordered walk over keys in the range (`None` = open end)."""
-        keys = self.sorted_keys()
         size = _CHUNK_MIN
         last: Any = _NONE
         while True:
             version = self.version
+            keys = self.sorted_keys()  # again each chunk: `clear()` may have replaced it
             chunk = list(islice(keys.irange(lo, hi, (lo_inclusive, hi_inclusive), reverse), size))
             for key in chunk:
                 if self.version != version:

@@ -1,0 +1,55 @@
+"""`SortedMap`: live ordered walks across changes, and when the sorted index exists."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from spark_statestore.stores.sorted_map import SortedMap
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_a_live_walk_follows_clears_and_inserts(eager):
+    m = SortedMap(eager=eager)
+    for k in (1, 3, 5):
+        m.set(k, str(k))
+    walk = m.iter_keys()
+    assert next(walk) == 1
+    m.clear()
+    for k in (2, 4, 6):
+        m.set(k, str(k))
+    assert list(walk) == [2, 4, 6]  # only keys present, and ahead of the last one handed out
+
+
+def test_clear_drops_the_index_of_a_lazy_map_only():
+    lazy, eager = SortedMap(), SortedMap(eager=True)
+    for m in (lazy, eager):
+        m.set(b"b", 1)
+        m.set(b"a", 2)
+        assert list(m.sorted_keys()) == [b"a", b"b"]
+        m.clear()
+        m.set(b"c", 3)
+    assert lazy._keys is None  # inserts after a clear pay no ordering until the next walk
+    assert list(eager._keys) == [b"c"]
+    assert list(lazy.iter_keys()) == [b"c"] and list(eager.iter_keys()) == [b"c"]
+
+
+def test_walks_match_a_sorted_model_under_random_changes():
+    rng = random.Random(7)
+    m, model = SortedMap(), {}
+    for step in range(3000):
+        r = rng.random()
+        key = rng.randrange(200)
+        if r < 0.5:
+            m.set(key, step)
+            model[key] = step
+        elif r < 0.8:
+            m.pop(key)
+            model.pop(key, None)
+        elif r < 0.82:
+            m.clear()
+            model.clear()
+        else:
+            lo, hi = sorted(rng.sample(range(220), 2))
+            assert list(m.iter_items(lo, hi)) == [(k, model[k]) for k in sorted(model) if lo <= k <= hi]
