@@ -5,6 +5,8 @@
 * the version the last snapshot was taken at (a restored snapshot says it was taken);
 * the version this executor prepared last (so a durable changelog that disappears is
   noticed even where the durable listing alone cannot tell);
+* the version last applied ahead of Spark's commit (`OpenCopies`), on disk before any of
+  its writes: a crash may leave those writes under the metadata of the version before;
 * the layout the state was built with (see `layout.py`).
 
 A version is identified by its number *and* the id of the changelog that produced it
@@ -25,6 +27,7 @@ _VERSION = "partition.version"
 _VERSION_ID = "partition.version_id"
 _SNAPSHOT = "partition.snapshot_version"
 _PREPARED = "partition.prepared"
+_AHEAD = "partition.ahead"
 _LAYOUT = "partition.layout"
 
 
@@ -75,14 +78,25 @@ class PartitionMetadata:
     @property
     def prepared(self) -> VersionId | None:
         """The version this copy's owner prepared last (it may not have committed)."""
-        raw = self._db.get_property(_PREPARED)
+        return self._version_property(_PREPARED)
+
+    def record_prepared(self, version: VersionId) -> None:
+        self._db.set_properties({_PREPARED: str(version)})
+
+    @property
+    def ahead(self) -> VersionId | None:
+        """The version last applied ahead of Spark's commit (None: never)."""
+        return self._version_property(_AHEAD)
+
+    def record_ahead(self, version: VersionId) -> None:
+        self._db.set_properties({_AHEAD: str(version)})
+
+    def _version_property(self, name: str) -> VersionId | None:
+        raw = self._db.get_property(name)
         if raw is None:
             return None
         version, _, ident = raw.partition(".")
         return VersionId(int(version), int(ident, 16))
-
-    def record_prepared(self, version: VersionId) -> None:
-        self._db.set_properties({_PREPARED: str(version)})
 
     def layout(self) -> Layout | None:
         raw = self._db.get_property(_LAYOUT)

@@ -144,6 +144,7 @@ class Recovery:
                 raise StaleCopy(f"the local copy is at version {committed.version}, ahead of {target}")
             if pending is not None:
                 committed = self._commit_pending(db, committed, pending, target)
+            self._check_ahead(meta.ahead, committed, target)
             self._check_prepared(meta.prepared, target)
             committed = self._catch_up(db, committed, target)
             self._check_reached(committed, target)
@@ -167,6 +168,24 @@ class Recovery:
         recorded = meta.layout()
         if recorded is not None:
             self.layout.check_against(recorded, self.location, where)
+
+    def _check_ahead(self, ahead: VersionId | None, committed: VersionId, target: int) -> None:
+        """A copy that was applying a version ahead of Spark's commit when it crashed may
+        hold some of that version's writes under the metadata of the version before: it
+        is usable only to re-apply that very version (the next one, on the durable history,
+        wanted now)."""
+        if ahead is None or ahead.version <= committed.version:
+            return
+        if (
+            ahead.version != committed.version + 1
+            or ahead.version > target
+            or ahead.version not in self._changelogs
+            or self._durable_id(ahead.version) != ahead.id
+        ):
+            raise StaleCopy(
+                f"the local copy may hold writes of version {ahead}, applied ahead of the commit, which is "
+                f"not the version {committed.version + 1} of the durable history wanted now (target {target})"
+            )
 
     def _check_prepared(self, prepared: VersionId | None, target: int) -> None:
         """A version this copy's owner published must not have vanished from durable state."""

@@ -220,7 +220,8 @@ class PartitionState:
         return None
 
     def _db_options(self) -> tuple:
-        return (self.uncommitted_max_bytes, self.rocks_memory)
+        # what a kept database must have been opened with (and for) to be reused as it is
+        return (self.uncommitted_max_bytes, self.rocks_memory, self.layout.to_json())
 
     def _open_db(self) -> TransactionalDatabase:
         # changelogs redo what a crash loses: no WAL, and an ordered (not atomic) flush

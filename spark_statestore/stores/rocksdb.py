@@ -27,6 +27,7 @@ from typing import Any, Iterator
 import rocksdict
 
 from spark_statestore.errors import CorruptStateError, StoreClosedError, StoreLockedError
+from spark_statestore.faults import fault_point
 from spark_statestore.validation import (
     check_bool,
     check_instance,
@@ -335,6 +336,7 @@ class RocksDatabase:
         self._check_open()
         for name in sorted(self._names - {META_COLUMN_FAMILY}):
             self.column_family(name).flush(True)
+        fault_point("flush:after-data")
         self.column_family(META_COLUMN_FAMILY).flush(True)
 
     def checkpoint(self, destination: str) -> None:
