@@ -190,7 +190,12 @@ def test_errors_name_what_is_wrong(spark, job, tmp_path):
 
 
 def test_the_reader_leaves_the_writers_local_copies_alone(spark, job, tmp_path):
-    checkpoint, _ = _run(spark, job, BATCHES)
+    # partitions kept open by the writer's workers would go on changing their own files
+    spark.conf.set("spark.statestore.keepOpen.partitions", "0")
+    try:
+        checkpoint, _ = _run(spark, job, BATCHES)
+    finally:
+        spark.conf.unset("spark.statestore.keepOpen.partitions")
     local = str(tmp_path / "local")
     before = {os.path.join(d, f): os.path.getmtime(os.path.join(d, f)) for d, _, fs in os.walk(local) for f in fs}
     time.sleep(0.05)
