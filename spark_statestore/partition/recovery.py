@@ -30,7 +30,8 @@ committed (Spark runs batch N only after N-1 committed), and everything durable 
 * A copy this process kept open (`OpenCopies`) is used as it is: when its pending
   transaction is the very change set of the durable changelog the next version builds on,
   committing it replaces reading that changelog back; otherwise it is rolled back and the
-  copy goes the way of any other.
+  copy goes the way of any other. A copy that was applying a version ahead of Spark's
+  commit when it crashed (its metadata says so) is used only to re-apply that version.
 """
 
 from __future__ import annotations

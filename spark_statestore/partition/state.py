@@ -349,7 +349,7 @@ class PartitionState:
         if self.open_copies is None:
             return False
         db.close_stores()
-        copy = OpenCopy(self.local, db, self.committed, self._prepared, self._db_options())
+        copy = OpenCopy(self.local, db, self._prepared, self._db_options())
         return self.open_copies.keep(copy)
 
     @property
