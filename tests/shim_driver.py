@@ -22,8 +22,8 @@ from pathlib import Path
 def main(mode: str, workdir: Path) -> dict:
     from pyspark.sql import SparkSession
 
-    from spark_statestore.spark import jvm
-    from spark_statestore.spark.governor import EarlyTriggerGovernor
+    from spark_statestore.spark.driver import jvm
+    from spark_statestore.spark.driver.governor import EarlyTriggerGovernor
     from spark_statestore.spark.signals import CrossingSignal
 
     builder = (

@@ -31,7 +31,7 @@ class FaultyCounts(windowed_counts.WindowedCounts):
         super().__init__(checkpoint_location, **kwargs)
 
     def init(self, handle: Any) -> None:
-        from spark_statestore.spark.task import current_task
+        from spark_statestore.spark.worker.task import current_task
 
         task = current_task()
         if task is not None and task.batch_id in self.wipe_local_in and task.attempt == 0:

@@ -9,7 +9,7 @@ import pytest
 
 from spark_statestore import Change, StateStoreError, Stores, ThreadCache
 from spark_statestore.cache import entry_size
-from spark_statestore.spark.slots import share_per_task, task_cpus, task_slots
+from spark_statestore.spark.driver.slots import share_per_task, task_cpus, task_slots
 
 
 def cached_kv(cache, send_old_values=False, inner=None, **kwargs):

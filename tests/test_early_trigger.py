@@ -16,7 +16,7 @@ from pyspark import cloudpickle
 
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StoreProcessor, partition_function, with_stores
-from spark_statestore.spark.session import session_services
+from spark_statestore.spark.driver.session import session_services
 
 pytestmark = pytest.mark.spark
 CENTURY = "36500 days"  # never elapses: only a wake starts the next batch

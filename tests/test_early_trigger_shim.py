@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from spark_statestore.spark.governor import BatchReport, EarlyTriggerGovernor
-from spark_statestore.spark.settings import EARLY_TRIGGER_ENABLED as ENABLED
-from spark_statestore.spark.settings import SIGNAL_PORT, StateStoreSettings
-from spark_statestore.spark.jvm import QueryTrigger, ShimStatus
+from spark_statestore.spark.driver.governor import BatchReport, EarlyTriggerGovernor
+from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED as ENABLED
+from spark_statestore.spark.driver.settings import SIGNAL_PORT, StateStoreSettings
+from spark_statestore.spark.driver.jvm import QueryTrigger, ShimStatus
 from spark_statestore.spark.signals import CrossingSignal
 
 INTERVAL = "36500 days"
@@ -58,7 +58,7 @@ def crossing(query: str = "q1", batch: int = 5, partition: int = 2, size: int = 
 def test_crossing_in_flight_wakes_the_query_once_per_batch(caplog):
     shim = RecordingShim()
     governor = EarlyTriggerGovernor(True, shim)
-    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.governor"):
+    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.driver.governor"):
         assert governor.on_signal(crossing(partition=2)) is True
         assert governor.on_signal(crossing(partition=3)) is False  # same batch: already decided
         assert governor.on_batch_end(BatchReport("q1", 5, {2: LIMIT + 1, 3: LIMIT + 9}, LIMIT)) is False
@@ -136,7 +136,7 @@ def test_concurrent_signals_of_one_batch_wake_once():
 
 def test_unavailable_shim_warns_once_and_wakes_nothing(caplog):
     shim = RecordingShim(available=False, reason="the shim jar is not packaged")
-    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.governor"):
+    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.driver.governor"):
         governor = EarlyTriggerGovernor(True, shim)
         for batch in range(3):
             governor.on_signal(crossing(batch=batch))
@@ -149,7 +149,7 @@ def test_unavailable_shim_warns_once_and_wakes_nothing(caplog):
 
 def test_disabled_by_setting_wakes_nothing_and_does_not_warn(caplog):
     shim = RecordingShim()
-    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.governor"):
+    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.driver.governor"):
         governor = EarlyTriggerGovernor(False, shim)
         governor.on_signal(crossing())
     assert shim.woken == []
@@ -162,7 +162,7 @@ def test_queries_that_never_wait_are_told_once_there_is_nothing_to_do(caplog, ki
     never_waits = QueryTrigger("q1", "run", kind, 0, False, f"a {kind} trigger never waits between batches", 0)
     shim = RecordingShim(triggers={"q1": never_waits})
     governor = EarlyTriggerGovernor(True, shim)
-    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.governor"):
+    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.driver.governor"):
         for batch in range(3):
             governor.on_signal(crossing(batch=batch))
         governor.on_signal(crossing(query="q2"))  # another query is still woken
@@ -175,7 +175,7 @@ def test_a_query_the_shim_did_not_see_start_is_warned_about_once(caplog):
     shim = RecordingShim(triggers={"q1": None})
     shim.trigger = lambda query_id: None  # the listener never saw the query start
     governor = EarlyTriggerGovernor(True, shim)
-    with caplog.at_level(logging.WARNING, logger="spark_statestore.spark.governor"):
+    with caplog.at_level(logging.WARNING, logger="spark_statestore.spark.driver.governor"):
         governor.on_signal(crossing(batch=1))
         governor.on_signal(crossing(batch=2))
     assert len(caplog.records) == 1 and "started before the early-trigger listener" in caplog.records[0].getMessage()
@@ -207,7 +207,7 @@ def test_bad_settings_name_the_key_and_the_value(key, value, message):
 
 
 def test_a_session_without_a_driver_jvm_gets_a_status_not_an_error():
-    from spark_statestore.spark.jvm import activate_shim, query_trigger, wake
+    from spark_statestore.spark.driver.jvm import activate_shim, query_trigger, wake
 
     class RemoteSession:  # what a Spark Connect session looks like from here: no py4j JVM
         def __getattr__(self, name):
@@ -253,7 +253,7 @@ def session(spark, drivers):
     listener touches no other test's queries) with the shim activated in it."""
     from pyspark import cloudpickle
 
-    from spark_statestore.spark.jvm import activate_shim
+    from spark_statestore.spark.driver.jvm import activate_shim
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     child = spark.newSession()
@@ -331,7 +331,7 @@ def gate(control: Path, held_batches: set[int], signal_target=None):
 
 @pytest.mark.spark
 def test_shim_is_loaded_into_the_running_session_once(session, spark):
-    from spark_statestore.spark.jvm import activate_shim
+    from spark_statestore.spark.driver.jvm import activate_shim
 
     assert "spark-statestore-shim" not in (spark.sparkContext.getConf().get("spark.jars") or "")
     assert session.status == ShimStatus(True, "", "loaded")
@@ -349,7 +349,7 @@ def test_shim_is_loaded_into_the_running_session_once(session, spark):
 
 @pytest.mark.spark
 def test_wakeable_clock_remembers_a_wake_and_keeps_its_schedule(session):
-    from spark_statestore.spark.jvm import _facade
+    from spark_statestore.spark.driver.jvm import _facade
 
     facade, _ = _facade(session, load=False)
     clock = facade.newClock()
@@ -373,7 +373,7 @@ def test_wakeable_clock_remembers_a_wake_and_keeps_its_schedule(session):
 
 @pytest.mark.spark
 def test_only_the_woken_query_runs_its_next_batch(session, tmp_path):
-    from spark_statestore.spark.jvm import query_trigger, wake
+    from spark_statestore.spark.driver.jvm import query_trigger, wake
 
     woken, idle = FileStream(tmp_path / "woken"), FileStream(tmp_path / "idle")
     woken.add("a")
@@ -397,7 +397,7 @@ def test_only_the_woken_query_runs_its_next_batch(session, tmp_path):
 
 @pytest.mark.spark
 def test_a_wake_during_a_batch_starts_the_next_batch_when_it_ends(session, tmp_path):
-    from spark_statestore.spark.jvm import wake
+    from spark_statestore.spark.driver.jvm import wake
 
     stream = FileStream(tmp_path / "stream")
     control = tmp_path / "control"
@@ -417,7 +417,7 @@ def test_a_wake_during_a_batch_starts_the_next_batch_when_it_ends(session, tmp_p
 
 @pytest.mark.spark
 def test_restarted_query_is_still_wakeable_and_stop_while_waiting_returns(session, tmp_path):
-    from spark_statestore.spark.jvm import query_trigger, wake
+    from spark_statestore.spark.driver.jvm import query_trigger, wake
 
     stream = FileStream(tmp_path / "stream")
     stream.add("a")
@@ -443,7 +443,7 @@ def test_restarted_query_is_still_wakeable_and_stop_while_waiting_returns(sessio
 
 @pytest.mark.spark
 def test_trigger_kinds_of_queries_that_never_wait(session, tmp_path):
-    from spark_statestore.spark.jvm import query_trigger, wake
+    from spark_statestore.spark.driver.jvm import query_trigger, wake
 
     continuous = FileStream(tmp_path / "zero")
     continuous.add("a")
@@ -471,7 +471,7 @@ def test_trigger_kinds_of_queries_that_never_wait(session, tmp_path):
 
 @pytest.mark.spark
 def test_governor_wakes_a_query_on_a_signal_from_its_task(session, tmp_path):
-    from spark_statestore.spark.jvm import SessionShim
+    from spark_statestore.spark.driver.jvm import SessionShim
     from spark_statestore.spark.signals import SignalServer
 
     governor = EarlyTriggerGovernor(True, SessionShim(session))

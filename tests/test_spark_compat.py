@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from spark_statestore.spark import compat
-from spark_statestore.spark.metrics import TaskRecordsParam
+from spark_statestore.spark.driver.metrics import TaskRecordsParam
 
 
 def test_a_changed_worker_order_is_named(monkeypatch):

@@ -182,9 +182,9 @@ def test_a_different_partition_count_is_refused_on_the_driver(spark, job):
 def _adapter_config(tmp_path):
     from pyspark.accumulators import Accumulator
 
-    from spark_statestore.spark.metrics import TaskRecordsParam
-    from spark_statestore.spark.operator import OperatorConfig
-    from spark_statestore.spark.settings import LOCAL_DIR, StateStoreSettings
+    from spark_statestore.spark.driver.metrics import TaskRecordsParam
+    from spark_statestore.spark.driver.operator import OperatorConfig
+    from spark_statestore.spark.driver.settings import LOCAL_DIR, StateStoreSettings
 
     settings = StateStoreSettings.from_conf({LOCAL_DIR: str(tmp_path / "local")}.get)
     accumulator = Accumulator(0, [], TaskRecordsParam())
@@ -209,7 +209,7 @@ def test_an_output_closed_early_releases_the_partition_unprepared(tmp_path, adap
     partition must be released at once, and nothing of the attempt prepared."""
     from spark_statestore.spark.group_state import group_stream
     from spark_statestore.spark.partitions import partition_stream
-    from spark_statestore.spark.task import TaskInfo
+    from spark_statestore.spark.worker.task import TaskInfo
 
     config = _adapter_config(tmp_path)
     task = TaskInfo(batch_id=0, partition=0, attempt=0, task_attempt_id=7, query_id="q", stage_id=1)
@@ -242,8 +242,8 @@ def test_task_state_views_and_the_watermark_of_zero(tmp_path):
     """An unknown store's view is a KeyError naming it; a watermark of 0 still moves the
     watermark-clocked window stores at the end of the batch."""
     from spark_statestore.spark import Window
-    from spark_statestore.spark.task import TaskInfo
-    from spark_statestore.spark.task_state import TaskState
+    from spark_statestore.spark.worker.task import TaskInfo
+    from spark_statestore.spark.worker.task_state import TaskState
 
     config = _adapter_config(tmp_path)
     config = type(config)(config.checkpoint_location, (Window("w", 100, 10),), config.settings, config.accumulator)

@@ -7,7 +7,7 @@ import pytest
 
 from spark_statestore import IsolationLevel
 from spark_statestore.spark import StateStoreSettings, check_columns, epoch_millis
-from spark_statestore.spark.settings import parse_bytes
+from spark_statestore.spark.driver.settings import parse_bytes
 
 
 def settings(**conf):
@@ -85,7 +85,7 @@ def test_check_columns():
 def test_the_shipped_spark_defaults_file_holds_the_defaults():
     import os
 
-    from spark_statestore.spark.settings import DEFAULTS
+    from spark_statestore.spark.driver.settings import DEFAULTS
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf", "spark-defaults.conf")
     entries = {}

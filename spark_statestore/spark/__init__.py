@@ -5,12 +5,12 @@ from spark_statestore.spark.declarations import KeyValue, Window
 from spark_statestore.spark.frames import check_columns, epoch_millis
 from spark_statestore.spark.group_state import with_stores
 from spark_statestore.spark.partitions import changes_schema, partition_function
-from spark_statestore.spark.metrics import StateStoreMetrics
-from spark_statestore.spark.session import metrics_for
+from spark_statestore.spark.driver.metrics import StateStoreMetrics
+from spark_statestore.spark.driver.session import metrics_for
 from spark_statestore.spark.processor import StoreProcessor
 from spark_statestore.spark.reader import register_reader
-from spark_statestore.spark.settings import StateStoreSettings
-from spark_statestore.spark.task_state import TaskState
+from spark_statestore.spark.driver.settings import StateStoreSettings
+from spark_statestore.spark.worker.task_state import TaskState
 
 __all__ = [
     "KeyValue",

@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterator, Sequence
 from spark_statestore.errors import StateStoreError
 from spark_statestore.spark import compat
 from spark_statestore.spark.declarations import Declaration
-from spark_statestore.spark.operator import OperatorConfig, build_operator
-from spark_statestore.spark.task import TaskInfo, current_task
-from spark_statestore.spark.task_state import TaskState, state_of_current_task
+from spark_statestore.spark.driver.operator import OperatorConfig, build_operator
+from spark_statestore.spark.worker.task import TaskInfo, current_task
+from spark_statestore.spark.worker.task_state import TaskState, state_of_current_task
 
 GroupFunction = Callable[[Any, Iterator[Any], Any, TaskState], Iterator[Any]]
 

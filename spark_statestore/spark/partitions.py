@@ -29,9 +29,9 @@ import pandas as pd
 from spark_statestore.cache.change import Change
 from spark_statestore.errors import StateStoreError
 from spark_statestore.spark.declarations import Declaration
-from spark_statestore.spark.operator import OperatorConfig, build_operator
-from spark_statestore.spark.task import TaskInfo, current_task
-from spark_statestore.spark.task_state import TaskState
+from spark_statestore.spark.driver.operator import OperatorConfig, build_operator
+from spark_statestore.spark.worker.task import TaskInfo, current_task
+from spark_statestore.spark.worker.task_state import TaskState
 
 PartitionFunc = Callable[[Iterator[Any], TaskState], "Iterator[Any] | None"]
 CHANGE_COLUMNS = ["batch_id", "store", "key", "new_value", "old_value", "window_start"]

@@ -30,10 +30,10 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from spark_statestore.errors import StateStoreError
 from spark_statestore.spark import compat
 from spark_statestore.spark.declarations import Declaration
-from spark_statestore.spark.operator import build_operator
-from spark_statestore.spark.settings import StateStoreSettings
-from spark_statestore.spark.task import current_task
-from spark_statestore.spark.task_state import TaskState
+from spark_statestore.spark.driver.operator import build_operator
+from spark_statestore.spark.driver.settings import StateStoreSettings
+from spark_statestore.spark.worker.task import current_task
+from spark_statestore.spark.worker.task_state import TaskState
 
 
 class StoreProcessor(StatefulProcessor):

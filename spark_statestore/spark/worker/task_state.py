@@ -16,10 +16,10 @@ from spark_statestore.cache.change import Change
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.state import PartitionState
 from spark_statestore.spark import compat
-from spark_statestore.spark.operator import OperatorConfig
-from spark_statestore.spark.runtime import WorkerRuntime, worker_runtime
+from spark_statestore.spark.driver.operator import OperatorConfig
+from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
-from spark_statestore.spark.task import TaskInfo
+from spark_statestore.spark.worker.task import TaskInfo
 from spark_statestore.stores.api import WindowStore
 from spark_statestore.stores.window_spec import Clock
 from spark_statestore.txn.isolation import IsolationLevel

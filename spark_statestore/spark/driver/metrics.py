@@ -19,7 +19,7 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from spark_statestore.spark import compat
-from spark_statestore.spark.governor import BatchReport
+from spark_statestore.spark.driver.governor import BatchReport
 
 log = logging.getLogger("spark_statestore.spark")
 

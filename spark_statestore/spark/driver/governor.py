@@ -29,11 +29,11 @@ import threading
 from dataclasses import dataclass
 from typing import Mapping, Protocol
 
-from spark_statestore.spark.jvm import QueryTrigger, ShimStatus
-from spark_statestore.spark.settings import EARLY_TRIGGER_ENABLED
+from spark_statestore.spark.driver.jvm import QueryTrigger, ShimStatus
+from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED
 from spark_statestore.spark.signals import CrossingSignal
 
-log = logging.getLogger("spark_statestore.spark.governor")
+log = logging.getLogger("spark_statestore.spark.driver.governor")
 
 
 
@@ -77,7 +77,7 @@ class EarlyTrigger:
 
 
 class Shim(Protocol):
-    """How the governor wakes queries (`spark_statestore.spark.jvm.SessionShim`)."""
+    """How the governor wakes queries (`spark_statestore.spark.driver.jvm.SessionShim`)."""
 
     status: ShimStatus
 

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from spark_statestore.spark.slots import session_task_slots, share_per_task, task_cpus
+from spark_statestore.spark.driver.slots import session_task_slots, share_per_task, task_cpus
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES
 from spark_statestore.txn.isolation import IsolationLevel
 

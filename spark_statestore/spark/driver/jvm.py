@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("spark_statestore.spark.jvm")
+log = logging.getLogger("spark_statestore.spark.driver.jvm")
 
 SHIM_CLASS = "io.sparkstatestore.shim.EarlyTrigger"
-JAR_PATH = Path(__file__).resolve().parent.parent / "jars" / "spark-statestore-shim.jar"
+JAR_PATH = Path(__file__).resolve().parents[2] / "jars" / "spark-statestore-shim.jar"
 
 _lock = threading.Lock()
 _facades: dict[int, tuple[Any, str]] = {}  # id(py4j gateway) -> (shim facade, "classpath" | "loaded")

@@ -18,9 +18,9 @@ from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.layout import Layout, record_query_layout
 from spark_statestore.spark.declarations import Declaration, KeyValue, Window
-from spark_statestore.spark.metrics import StateStoreMetrics
-from spark_statestore.spark.session import session_services
-from spark_statestore.spark.settings import StateStoreSettings
+from spark_statestore.spark.driver.metrics import StateStoreMetrics
+from spark_statestore.spark.driver.session import session_services
+from spark_statestore.spark.driver.settings import StateStoreSettings
 from spark_statestore.spark.signals import SignalTarget
 from spark_statestore.validation import check_int, describe
 

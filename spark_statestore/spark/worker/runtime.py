@@ -35,7 +35,7 @@ from spark_statestore.partition.uploads import Uploader
 from spark_statestore.stores.rocksdb import RocksMemory
 
 if TYPE_CHECKING:
-    from spark_statestore.spark.task_state import TaskState
+    from spark_statestore.spark.worker.task_state import TaskState
 
 
 SWEEP_EVERY_SECONDS = 600.0
