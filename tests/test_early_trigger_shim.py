@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from spark_statestore.spark.driver.governor import BatchReport, EarlyTriggerGovernor
+from spark_statestore.spark.driver.jvm import QueryTrigger, ShimStatus
 from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED as ENABLED
 from spark_statestore.spark.driver.settings import SIGNAL_PORT, StateStoreSettings
-from spark_statestore.spark.driver.jvm import QueryTrigger, ShimStatus
 from spark_statestore.spark.signals import CrossingSignal
 
 INTERVAL = "36500 days"
@@ -472,7 +472,7 @@ def test_trigger_kinds_of_queries_that_never_wait(session, tmp_path):
 @pytest.mark.spark
 def test_governor_wakes_a_query_on_a_signal_from_its_task(session, tmp_path):
     from spark_statestore.spark.driver.jvm import SessionShim
-    from spark_statestore.spark.signals import SignalServer
+    from spark_statestore.spark.driver.signal_server import SignalServer
 
     governor = EarlyTriggerGovernor(True, SessionShim(session))
     stream = FileStream(tmp_path / "stream")

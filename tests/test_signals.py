@@ -9,13 +9,12 @@ import time
 
 import pytest
 
+from spark_statestore.spark.driver.signal_server import SignalServer, driver_addresses
 from spark_statestore.spark.signals import (
     REPLAY_WINDOW_BATCHES,
     CrossingSignal,
-    SignalServer,
     SignalTarget,
     decode,
-    driver_addresses,
     encode,
     send,
 )

@@ -19,9 +19,10 @@ from typing import Any
 from spark_statestore.spark.driver.governor import EarlyTriggerGovernor
 from spark_statestore.spark.driver.jvm import QueryTrigger, SessionShim, ShimStatus
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
-from spark_statestore.spark.reader import register_reader
 from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED, StateStoreSettings
-from spark_statestore.spark.signals import SignalServer, SignalTarget, driver_addresses
+from spark_statestore.spark.driver.signal_server import SignalServer, driver_addresses
+from spark_statestore.spark.reader import register_reader
+from spark_statestore.spark.signals import SignalTarget
 
 log = logging.getLogger("spark_statestore.spark")
 
