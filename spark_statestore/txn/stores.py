@@ -49,8 +49,9 @@ class TransactionalStore:
         self._database.rollback()
 
     def approximate_num_uncommitted_bytes(self) -> int:
-        """Key and value bytes written to this store since the last commit (0 after commit
-        or rollback); overwrites of a pending key replace its cost."""
+        """Uncommitted bytes of this store (key and value bytes plus CPython's per-record
+        cost, `txn.budget.uncommitted_cost`; 0 after commit or rollback); overwrites of a
+        pending key replace its cost."""
         self._require_open()
         return self._ks.uncommitted_bytes
 
