@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from spark_statestore.errors import StoreClosedError
 from spark_statestore.stores.iterators import StoreIterator
-from spark_statestore.stores.rocksdb import storage_error
-from spark_statestore.stores.window_spec import Clock, WindowSpec
+from spark_statestore.stores.damage import storage_error
+from spark_statestore.stores.spec import Clock, WindowSpec
 from spark_statestore.validation import (
     MAX_TIME,
     check_bound,

@@ -21,7 +21,7 @@ from typing import Iterator
 
 from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.sorted_map import SortedMap
-from spark_statestore.stores.window_spec import WindowSpec
+from spark_statestore.stores.spec import WindowSpec
 
 
 class _Hold:
