@@ -15,10 +15,11 @@ from typing import Any
 from spark_statestore.cache.caching import OnFlush
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.cache.wrapping import cached
-from spark_statestore.stores.api import KeyValueStore, StateStore, WindowStore
+from spark_statestore.stores.api import KeyValueStore, StateStore
 from spark_statestore.stores.kv_store import InMemoryKeyValueStore
 from spark_statestore.stores.memory_window import InMemoryWindowStore
 from spark_statestore.stores.spec import Clock, StoreSpec, WindowSpec
+from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
 from spark_statestore.validation import check_name
 

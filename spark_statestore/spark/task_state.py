@@ -20,7 +20,7 @@ from spark_statestore.spark.operator import OperatorConfig
 from spark_statestore.spark.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
 from spark_statestore.spark.task import TaskInfo
-from spark_statestore.stores.api import WindowStore
+from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.stores.spec import Clock
 from spark_statestore.txn.isolation import IsolationLevel
 
