@@ -154,17 +154,20 @@ class StoreSpec:
     one back with `StoreSpec.from_dict`."""
 
     name: str
-    kind: str = KEY_VALUE
-    window_spec: WindowSpec | None = None
+    window_spec: WindowSpec | None = None  # the window part: None for a key-value store
     cached: bool = True
     key_serde: str = "bytes"
     value_serde: str = "bytes"
+
+    @property
+    def kind(self) -> str:
+        """`KEY_VALUE` or `WINDOW`."""
+        return KEY_VALUE if self.window_spec is None else WINDOW
 
     @staticmethod
     def key_value(name: str, cached: bool = True, key_serde: str = "bytes", value_serde: str = "bytes") -> "StoreSpec":
         return StoreSpec(
             check_store_name(name),
-            KEY_VALUE,
             None,
             check_bool(cached, "cached"),
             check_identity(key_serde, "key_serde"),
@@ -187,7 +190,6 @@ class StoreSpec:
         window = WindowSpec.of(name, retention_period, window_size, retain_duplicates, segment_interval, clock)
         return StoreSpec(
             check_store_name(name),
-            WINDOW,
             window,
             check_bool(cached, "cached") and not window.retain_duplicates,
             check_identity(key_serde, "key_serde"),
@@ -216,7 +218,6 @@ class StoreSpec:
         window_spec = None if window is None else WindowSpec.from_dict(name, window)
         return StoreSpec(
             check_store_name(name),
-            kind,
             window_spec,
             True,
             check_identity(data.get("key_serde", "bytes"), "key_serde"),
