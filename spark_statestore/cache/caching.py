@@ -23,9 +23,9 @@ _anonymous = itertools.count()
 
 
 class CachingLayer:
-    """Mixin for a store that fronts `self._inner` with a named cache: the cached-store
-    protocol (`wrapped`, `flush_cache`, `clear_cache`, `set_flush_listener`, as Kafka
-    Streams' caching wrappers have) and the transactional pass-throughs."""
+    """Mixin for a store that fronts `self._inner` with a named cache: what Kafka Streams'
+    caching wrappers offer (`flush_cache`, `clear_cache`, `set_flush_listener`) and the
+    transactional pass-throughs."""
 
     _inner: Any
     _named: NamedCache
@@ -57,14 +57,6 @@ class CachingLayer:
         self._named = named
         self.set_flush_listener(on_flush, send_old_values)
         self.persistent = inner.persistent
-
-    @property
-    def wrapped(self) -> Any:
-        """The store behind the cache."""
-        return self._inner
-
-    def innermost(self) -> Any:
-        return self._inner.innermost()
 
     @property
     def named_cache(self) -> NamedCache:

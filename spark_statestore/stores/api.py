@@ -79,10 +79,6 @@ class StateStore:
         for it in list(self._iterators):
             it.close()
 
-    def innermost(self) -> "StateStore":
-        """The store under every wrapper (a caching layer, say); this store if it wraps none."""
-        return self
-
     def flush(self) -> None:
         """Persist buffered data (nothing to do for stores that buffer nothing)."""
         if not self._open:
