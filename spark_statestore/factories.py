@@ -15,11 +15,11 @@ from typing import Any
 from spark_statestore.cache.caching import OnFlush
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.cache.wrapping import cached
-from spark_statestore.stores.api import KeyValueStore, StateStore, WindowStore
+from spark_statestore.stores.api import KeyValueStore, StateStore
 from spark_statestore.stores.kv_store import InMemoryKeyValueStore
 from spark_statestore.stores.memory_window import InMemoryWindowStore
-from spark_statestore.stores.rocksdb import check_store_name
-from spark_statestore.stores.window_spec import Clock, WindowSpec
+from spark_statestore.stores.spec import Clock, StoreSpec, WindowSpec
+from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
 from spark_statestore.validation import check_name
 
@@ -41,10 +41,10 @@ class Stores:
         uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
     ) -> KeyValueStore:
         """A transactional RocksDB key-value store in its own database directory `path`."""
-        name = check_store_name(check_name(name))
+        spec = StoreSpec.key_value(name)
         db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            return db.key_value_store(name, on_close=db.close)
+            return db.open_store(spec, on_close=db.close)
         except BaseException:
             db.close()
             raise
@@ -91,11 +91,10 @@ class Stores:
     ) -> WindowStore:
         """A transactional RocksDB window store in its own database directory `path`
         (`clock`: see `WindowSpec`)."""
-        spec = WindowSpec.of(name, retention_period, window_size, retain_duplicates, segment_interval, clock)
-        check_store_name(name)
+        spec = StoreSpec.window(name, retention_period, window_size, retain_duplicates, segment_interval, clock=clock)
         db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            return db.window_store_of(name, spec, on_close=db.close)
+            return db.open_store(spec, on_close=db.close)
         except BaseException:
             db.close()
             raise

@@ -10,6 +10,7 @@ import pytest
 from spark_statestore import Change, StateStoreError, Stores, ThreadCache
 from spark_statestore.cache import entry_size
 from spark_statestore.spark.driver.slots import share_per_task, task_cpus, task_slots
+from spark_statestore.txn.budget import ENTRY_COST
 
 
 def cached_kv(cache, send_old_values=False, inner=None, **kwargs):
@@ -210,7 +211,7 @@ def test_caching_over_a_transactional_store(tmp_path):
     assert list(store.all()) == [(b"a", b"1")]
     assert store.approximate_num_uncommitted_bytes() == 0
     store.put(b"d", b"4")
-    assert store.approximate_num_uncommitted_bytes() == 2  # the dirty entry's key and value bytes
+    assert store.approximate_num_uncommitted_bytes() == 2 + ENTRY_COST  # the dirty entry's bytes and record
     assert store.read_only("READ_COMMITTED").get(b"d") is None
     store.close()
     reopened = Stores.persistent_key_value_store("kv", path)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_statestore import Serdes, Windowed
+from spark_statestore import Serdes, Stores, Windowed
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -122,3 +122,36 @@ def test_typed_window_store(window_factory):
     first = next(typed.fetch_range("a", "b", 0, 0))
     assert first == (Windowed("a", first[0].window), 1)
     assert typed.observed_stream_time == 10  # passed through to the store
+
+
+def test_a_typed_store_offers_read_only_typed_views_and_passes_its_surface_through(tmp_path):
+    kv = Stores.persistent_key_value_store("kv", tmp_path / "kv").typed(Serdes.string(), Serdes.json())
+    kv.put("a", {"n": 1})
+    kv.commit({"n": 1})
+    kv.put("b", [2])
+    committed, uncommitted = kv.read_only("READ_COMMITTED"), kv.read_only("READ_UNCOMMITTED")
+    assert committed.get("a") == {"n": 1} and committed.get("b") is None  # typed, at the isolation asked
+    assert list(uncommitted.all()) == [("a", {"n": 1}), ("b", [2])]
+    with pytest.raises(AttributeError, match="views cannot write"):
+        committed.put("c", 1)
+    assert (kv.name, kv.persistent, kv.is_open, kv.committed_offset("n")) == ("kv", True, True, 1)
+    assert kv.approximate_num_uncommitted_bytes() > 0 and kv.approximate_num_entries() >= 1
+    kv.rollback()
+    assert kv.approximate_num_uncommitted_bytes() == 0 and kv.transaction_metrics.rollbacks == 1
+    kv.close()
+    assert not kv.is_open
+
+    win = Stores.persistent_window_store("w", tmp_path / "w", 100, 10, clock="external").typed(
+        Serdes.string(), Serdes.int64()
+    )
+    win.put("a", 5, 40)
+    win.advance_stream_time(200)
+    assert (win.observed_stream_time, win.retention_period, win.window_size, win.retain_duplicates) == (200, 100, 10, False)
+    assert win.clock.value == "external" and win.metrics.dropped_records_total == 0
+    win.commit({})
+    view = win.read_only("READ_COMMITTED")
+    assert list(view.fetch_all(0, 1000)) == [] and view.observed_stream_time == 200  # expired at 200
+    win.close()
+    # nothing else is forwarded: what a typed store offers is what its class says
+    with pytest.raises(AttributeError):
+        win.keyspace  # noqa: B018

@@ -4,6 +4,7 @@ metrics, bad input and corrupt files."""
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
@@ -18,6 +19,7 @@ from spark_statestore import (
     Stores,
 )
 from spark_statestore.txn import TransactionalDatabase
+from spark_statestore.txn.budget import ENTRY_COST
 
 
 @pytest.fixture
@@ -71,23 +73,65 @@ def test_reads_see_own_uncommitted_writes_everywhere(kv):
 
 
 def test_uncommitted_bytes_accounting(kv):
+    # key and value bytes plus CPython's cost per buffered record (one quantity, see txn.budget)
     assert kv.approximate_num_uncommitted_bytes() == 0
     kv.put(b"key", b"value")  # 3 + 5
-    assert kv.approximate_num_uncommitted_bytes() == 8
+    assert kv.approximate_num_uncommitted_bytes() == 8 + ENTRY_COST
     kv.put(b"key", b"v")  # an overwrite replaces the cost
-    assert kv.approximate_num_uncommitted_bytes() == 4
+    assert kv.approximate_num_uncommitted_bytes() == 4 + ENTRY_COST
     for _ in range(100):
         kv.put(b"key", b"v")
-    assert kv.approximate_num_uncommitted_bytes() == 4
+    assert kv.approximate_num_uncommitted_bytes() == 4 + ENTRY_COST
     kv.delete(b"key")  # a tombstone costs its key
-    assert kv.approximate_num_uncommitted_bytes() == 3
+    assert kv.approximate_num_uncommitted_bytes() == 3 + ENTRY_COST
     kv.put(b"other", b"xy")
-    assert kv.approximate_num_uncommitted_bytes() == 3 + 7
+    assert kv.approximate_num_uncommitted_bytes() == 3 + 7 + 2 * ENTRY_COST
     kv.commit()
     assert kv.approximate_num_uncommitted_bytes() == 0
     kv.put(b"again", b"z")
     kv.rollback()
     assert kv.approximate_num_uncommitted_bytes() == 0
+
+
+@pytest.mark.parametrize("limit", [0, 300, 2000])
+def test_a_spill_happens_only_past_the_reported_limit(tmp_path, limit):
+    # spilling, the in-flight signal and the figures reported use one quantity: every spill
+    # comes after the reported uncommitted bytes passed the limit, and after the watcher fired
+    db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=limit)
+    kv = db.key_value_store("kv")
+    win = db.window_store("win", 1000, 10)
+    crossings: list[int] = []
+    spills: list[tuple[int, int, int]] = []
+    db.budget.watch(limit, crossings.append)
+    spill = db.budget._spill
+
+    def checked_spill() -> None:
+        spills.append((db.approximate_num_uncommitted_bytes(), db.uncommitted_bytes_peak, len(crossings) - seen))
+        spill()
+
+    db.budget._spill = checked_spill
+    rng = random.Random(limit)
+    for batch in range(3):
+        seen = len(crossings)  # the watcher fires once per transaction
+        for i in range(400):
+            key = b"k%03d" % rng.randrange(150)
+            op = rng.random()
+            if op < 0.6:
+                kv.put(key, b"v" * rng.randrange(60))
+            elif op < 0.8:
+                kv.delete(key)
+            else:
+                win.put(key, b"w" * rng.randrange(30), i * 7)
+            reported = db.approximate_num_uncommitted_bytes()
+            assert reported == kv.approximate_num_uncommitted_bytes() + win.approximate_num_uncommitted_bytes()
+            assert db.uncommitted_bytes_peak >= reported
+        db.commit({"batch": batch}) if batch % 2 == 0 else db.rollback()
+        assert db.approximate_num_uncommitted_bytes() == 0
+    assert spills, "the limit is small enough to spill"
+    for reported, peak, fired in spills:
+        assert reported > limit and peak > limit and fired == 1
+    assert all(total > limit for total in crossings)
+    db.close()
 
 
 def test_isolation_levels(kv):

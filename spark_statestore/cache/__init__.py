@@ -1,7 +1,6 @@
 """The record cache (KIP-63): a byte budget shared by named caches that de-duplicate
 writes to their stores and to downstream consumers (`Change` records on flush)."""
 
-from spark_statestore.cache.caching import CachedStore
 from spark_statestore.cache.caching_kv import CachingKeyValueStore
 from spark_statestore.cache.caching_window import CachingWindowStore
 from spark_statestore.cache.change import Change
@@ -10,7 +9,6 @@ from spark_statestore.cache.wrapping import cached
 
 __all__ = [
     "ENTRY_OVERHEAD",
-    "CachedStore",
     "CachingKeyValueStore",
     "CachingWindowStore",
     "Change",

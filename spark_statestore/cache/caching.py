@@ -10,11 +10,12 @@ Over a transactional store, `commit()` flushes first (so the commit sees every w
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping
 
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, NamedCache, ThreadCache
 from spark_statestore.errors import StateStoreError
+from spark_statestore.txn.budget import uncommitted_cost
 from spark_statestore.txn.stores import TransactionalStore
 
 OnFlush = Callable[[list[Change]], Any]
@@ -22,9 +23,9 @@ _anonymous = itertools.count()
 
 
 class CachingLayer:
-    """Mixin for a store that fronts `self._inner` with a named cache: the cached-store
-    protocol (`wrapped`, `flush_cache`, `clear_cache`, `set_flush_listener`, as Kafka
-    Streams' caching wrappers have) and the transactional pass-throughs."""
+    """Mixin for a store that fronts `self._inner` with a named cache: what Kafka Streams'
+    caching wrappers offer (`flush_cache`, `clear_cache`, `set_flush_listener`) and the
+    transactional pass-throughs."""
 
     _inner: Any
     _named: NamedCache
@@ -58,14 +59,6 @@ class CachingLayer:
         self.persistent = inner.persistent
 
     @property
-    def wrapped(self) -> Any:
-        """The store behind the cache."""
-        return self._inner
-
-    def innermost(self) -> Any:
-        return self._inner.innermost()
-
-    @property
     def named_cache(self) -> NamedCache:
         """This store's cache (for inspection)."""
         return self._named
@@ -94,11 +87,6 @@ class CachingLayer:
     def clear_cache(self) -> None:
         """Drop every cached entry, dirty ones included (writes of a failed attempt)."""
         self._named.clear()
-
-    @property
-    def cache_stats(self) -> dict[str, int]:
-        """Entries and bytes of this store's cache."""
-        return {"entries": len(self._named), "bytes": self._named.size_bytes, "dirty": len(self._named.dirty)}
 
     def _read_through(self, cache_keys: list[bytes], fetch: Callable[[list[int]], list]) -> list[bytes | None]:
         """Values of many cache keys: cached ones from the cache, the rest by one `fetch`
@@ -155,8 +143,12 @@ class CachingLayer:
         return self._transactional().committed_offset(name)
 
     def approximate_num_uncommitted_bytes(self) -> int:
-        """The wrapped store's uncommitted bytes plus the cache's dirty entries."""
-        return self._transactional().approximate_num_uncommitted_bytes() + self._named.dirty_bytes
+        """The wrapped store's uncommitted bytes plus those of the cache's dirty entries
+        (the same quantity: `txn.budget.uncommitted_cost`)."""
+        named = self._named
+        return self._transactional().approximate_num_uncommitted_bytes() + uncommitted_cost(
+            named.dirty_bytes, len(named.dirty)
+        )
 
     def read_only(self, isolation: Any = "READ_COMMITTED") -> Any:
         """A view of the wrapped store (writes still in the cache are not in it)."""
@@ -170,16 +162,3 @@ class CachingLayer:
             self._named.discard_dirty()  # unflushed writes are discarded, like uncommitted ones
         self._inner.close()
 
-
-@runtime_checkable
-class CachedStore(Protocol):
-    """A store behind a record cache, as the layers above see it."""
-
-    @property
-    def wrapped(self) -> Any: ...
-
-    def flush_cache(self) -> None: ...
-
-    def clear_cache(self) -> None: ...
-
-    def set_flush_listener(self, on_flush: OnFlush | None, send_old_values: bool = False) -> None: ...

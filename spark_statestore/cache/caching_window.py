@@ -14,9 +14,10 @@ from typing import Any, Iterator
 from spark_statestore.cache.caching import CachingLayer, OnFlush
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, ThreadCache
-from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
+from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
+from spark_statestore.stores.windowed import Windowed, window_of
 from spark_statestore.validation import check_window_get
 
 

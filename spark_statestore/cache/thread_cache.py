@@ -130,7 +130,7 @@ class NamedCache:
 
     @property
     def dirty_bytes(self) -> int:
-        """Key and value bytes of the dirty entries (KIP-892's count for unflushed writes)."""
+        """Key and value bytes of the dirty entries (a deletion counts its key)."""
         get = self.entries.get
         return sum(len(k) + len(get(k) or b"") for k in self.dirty)
 

@@ -8,7 +8,8 @@ from spark_statestore.cache.caching import OnFlush
 from spark_statestore.cache.caching_kv import CachingKeyValueStore
 from spark_statestore.cache.caching_window import CachingWindowStore
 from spark_statestore.cache.thread_cache import ThreadCache
-from spark_statestore.stores.api import KeyValueStore, WindowStore
+from spark_statestore.stores.api import KeyValueStore
+from spark_statestore.stores.window_api import WindowStore
 
 
 def cached(

@@ -4,7 +4,7 @@ open / prepare / close (DESIGN.md, "Partition state protocol")."""
 
 from spark_statestore.partition.layout import Layout, LayoutMismatchError, read_query_layout, record_query_layout
 from spark_statestore.partition.metadata import VersionId
-from spark_statestore.partition.specs import StoreSpec
+from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.state import PartitionState
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.uploads import Uploader

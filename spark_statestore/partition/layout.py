@@ -19,7 +19,7 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.errors import CorruptStateError, StateStoreError
-from spark_statestore.partition.specs import StoreSpec
+from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.validation import check_int
 
 

@@ -27,7 +27,7 @@ from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import VersionId
 from spark_statestore.partition.recovery import Recovery
-from spark_statestore.partition.specs import StoreSpec
+from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.serde import unescape
 from spark_statestore.stores.window_layout import start_of
@@ -151,10 +151,11 @@ class VersionReader:
         db = self.db
         if db is None:
             raise StateStoreError("the version is not loaded (use VersionReader as a context manager)")
+        store = db.open_store(spec)
         if spec.window_spec is None:
-            yield from db.key_value_store(spec.name).all()
+            yield from store.all()
             return
-        for windowed, value in db.window_store_of(spec.name, spec.window_spec).all():
+        for windowed, value in store.all():
             yield windowed.key, value, windowed.window.start
 
     def __exit__(self, *exc: object) -> None:

@@ -44,7 +44,7 @@ from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, VersionId
 from spark_statestore.partition.open_copies import OpenCopies, OpenCopy
 from spark_statestore.partition.recovery import Recovery
-from spark_statestore.partition.specs import StoreSpec
+from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
 from spark_statestore.stores.rocksdb import RocksMemory, verify_database
@@ -248,10 +248,7 @@ class PartitionState:
         stores: dict[str, Any] = {}
         cached_stores: dict[str, Any] = {}
         for spec in self.specs:
-            if spec.window_spec is not None:
-                store: Any = db.window_store_of(spec.name, spec.window_spec)
-            else:
-                store = db.key_value_store(spec.name)
+            store: Any = db.open_store(spec)
             if self.cache is not None and spec.cached:
                 prefix = self._namespace(spec.name)
                 namespace = f"{prefix}{committed}"

@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_statestore.partition.specs import StoreSpec
 from spark_statestore.serde import BytesSerde, Serde
-from spark_statestore.stores.window_spec import Clock
+from spark_statestore.stores.spec import Clock, StoreSpec
 from spark_statestore.validation import describe
 
 # in Spark, the external clock of a window store is the watermark

@@ -43,7 +43,7 @@ from pyspark.sql.types import (
 )
 
 from spark_statestore.partition.reading import StateLocation, VersionReader, change_count, changes, uncommitted_version
-from spark_statestore.partition.specs import StoreSpec
+from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.serde import serde_for
 from spark_statestore.txn.isolation import IsolationLevel
 

@@ -1,8 +1,8 @@
-"""Store interfaces (API.md) and what every store shares.
+"""Store interfaces (API.md): `StateStore`, what every store shares, and `KeyValueStore`.
 
-`KeyValueStore` and `WindowStore` are abstract bases: implementations override the
-abstract methods and inherit the common surface (`name`, `is_open`, context manager,
-`typed()`, iterator tracking so that `close()` ends open iterators).
+`KeyValueStore` and `WindowStore` (in `window_api`) are abstract bases: implementations
+override the abstract methods and inherit the common surface (`name`, `is_open`, context
+manager, `typed()`, iterator tracking so that `close()` ends open iterators).
 """
 
 from __future__ import annotations
@@ -10,46 +10,14 @@ from __future__ import annotations
 import logging
 import weakref
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator
 
 from spark_statestore.errors import StoreClosedError
 from spark_statestore.stores.iterators import StoreIterator
-from spark_statestore.stores.rocksdb import storage_error
-from spark_statestore.stores.window_spec import Clock, WindowSpec
-from spark_statestore.validation import (
-    MAX_TIME,
-    check_bound,
-    check_iterable,
-    check_key,
-    check_pairs,
-    check_time,
-    check_time_range,
-    check_window_columns,
-    check_window_get,
-    check_window_put,
-    check_window_records,
-)
+from spark_statestore.stores.typed import TypedKeyValueStore
+from spark_statestore.validation import check_bound, check_iterable, check_key, check_pairs
 
 log = logging.getLogger("spark_statestore.stores")
-
-
-class Window(NamedTuple):
-    """A time window: `start` inclusive, `end` = start + window size (clamped to 2**63-1)."""
-
-    start: int
-    end: int
-
-
-class Windowed(NamedTuple):
-    """A key together with the window its value belongs to."""
-
-    key: Any
-    window: Window
-
-
-def window_of(start: int, size: int) -> Window:
-    end = start + size
-    return Window(start, end if end <= MAX_TIME else MAX_TIME)
 
 
 def key_range_is_empty(key_from: bytes | None, key_to: bytes | None, method: str) -> bool:
@@ -110,10 +78,6 @@ class StateStore:
     def _end_iterators(self) -> None:
         for it in list(self._iterators):
             it.close()
-
-    def innermost(self) -> "StateStore":
-        """The store under every wrapper (a caching layer, say); this store if it wraps none."""
-        return self
 
     def flush(self) -> None:
         """Persist buffered data (nothing to do for stores that buffer nothing)."""
@@ -219,190 +183,6 @@ class KeyValueStore(StateStore, ABC):
     def approximate_num_entries(self) -> int:
         """An estimate of the number of live keys."""
 
-    def typed(self, key_serde: Any, value_serde: Any) -> Any:
+    def typed(self, key_serde: Any, value_serde: Any) -> TypedKeyValueStore:
         """A view that encodes keys and values with the given serdes."""
-        from spark_statestore.stores.typed import TypedKeyValueStore
-
         return TypedKeyValueStore(self, key_serde, value_serde)
-
-
-class WindowStoreMetrics:
-    """Counters of a window store (KIP-428 `dropped-records`)."""
-
-    __slots__ = ("dropped_records_total",)
-
-    def __init__(self) -> None:
-        self.dropped_records_total = 0
-
-    def __repr__(self) -> str:
-        return f"WindowStoreMetrics(dropped_records_total={self.dropped_records_total})"
-
-
-class WindowStore(StateStore, ABC):
-    """A store of values per (key, window start) with retention (KIP-428, see API.md).
-
-    The base class holds what every window store does the same way: argument checks, the
-    observed stream time and its clock (`WindowSpec.clock`), dropping and counting late
-    records, and narrowing reads to live windows. Implementations provide `_advance`
-    (a new stream time: expire what fell out), `_put_live`, `_get_live`, and `_read_key` /
-    `_read_range`, which yield the records of an already-valid range.
-    """
-
-    def __init__(self, name: str, spec: WindowSpec, on_close: Callable[[], Any] | None = None) -> None:
-        super().__init__(name, on_close)
-        self.spec = spec
-        self.retention_period = spec.retention_period
-        self.window_size = spec.window_size
-        self.retain_duplicates = spec.retain_duplicates
-        self.clock = spec.clock
-        self._records_advance = spec.clock is Clock.RECORDS
-        self._stream_time = -1
-        self.metrics = WindowStoreMetrics()
-
-    @property
-    def observed_stream_time(self) -> int:
-        """The largest stream time observed so far (-1 before the first)."""
-        return self._stream_time
-
-    def put(self, key: bytes, value: bytes | None, window_start: int) -> None:
-        """Store `value` for `key` in the window starting at `window_start` (`None`
-        deletes); a record that is not live is dropped and counted."""
-        if not self._open:
-            raise self._closed()
-        key, value, window_start = check_window_put(key, value, window_start)
-        if window_start > self._stream_time and self._records_advance:
-            self._advance(window_start)
-        if window_start <= self.observed_stream_time - self.retention_period:
-            self.metrics.dropped_records_total += 1
-            log.debug("store %r dropped a record for expired window start %d", self._name, window_start)
-            return
-        self._put_live(key, value, window_start)
-
-    def get(self, key: bytes, window_start: int) -> bytes | None:
-        """The value of one window (the latest put, with `retain_duplicates`)."""
-        if not self._open:
-            raise self._closed()
-        key, window_start = check_window_get(key, window_start)
-        if window_start <= self.observed_stream_time - self.retention_period:
-            return None
-        try:
-            return self._get_live(key, window_start)
-        except Exception as e:
-            raise storage_error(e) from None
-
-    def get_all(self, keys: list[bytes], window_starts: list[int]) -> list[bytes | None]:
-        """The values of many (key, window start) pairs, in the order given."""
-        get = self.get
-        return [get(key, start) for key, start in check_window_columns(keys, window_starts)]
-
-    def put_all(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
-        """Put every `(key, value, window_start)` record, in order. Every record is checked
-        first: a bad one raises (naming its index) before anything is written."""
-        put = self.put
-        for key, value, start in check_window_records(records):
-            put(key, value, start)
-
-    def advance_stream_time(self, time: int) -> None:
-        """Observe stream time `time` without a record, as a put at `time` would (expiring
-        what falls out of the retention period). Earlier times change nothing."""
-        if not self._open:
-            raise self._closed()
-        time = check_time(time, "time")
-        if time > self._stream_time:
-            self._advance(time)
-
-    @abstractmethod
-    def _advance(self, time: int) -> None:
-        """Take `time` (greater than the current one) as the stream time."""
-
-    @abstractmethod
-    def _put_live(self, key: bytes, value: bytes | None, window_start: int) -> None:
-        """Write a record of a live window (checked arguments)."""
-
-    @abstractmethod
-    def _get_live(self, key: bytes, window_start: int) -> bytes | None:
-        """Read a record of a live window (checked arguments)."""
-
-    @abstractmethod
-    def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:
-        """`(window_start, value)` of `key` for live windows in [lo, hi]."""
-
-    @abstractmethod
-    def _read_range(
-        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int, reverse: bool
-    ) -> Iterator[tuple[Windowed, bytes]]:
-        """`(Windowed, value)` for live windows in [lo, hi] and keys in the (valid) range."""
-
-    def fetch(self, key: bytes, time_from: int, time_to: int) -> StoreIterator:
-        """`(window_start, value)` of `key` for windows starting in [time_from, time_to]."""
-        return self._fetch(key, time_from, time_to, False)
-
-    def backward_fetch(self, key: bytes, time_from: int, time_to: int) -> StoreIterator:
-        """`fetch` in descending time order."""
-        return self._fetch(key, time_from, time_to, True)
-
-    def fetch_range(
-        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
-    ) -> StoreIterator:
-        """`(Windowed, value)` for keys in the range, ordered by window start, then key."""
-        return self._fetch_range(key_from, key_to, time_from, time_to, False, "fetch_range")
-
-    def backward_fetch_range(
-        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
-    ) -> StoreIterator:
-        """`fetch_range` in the reverse order."""
-        return self._fetch_range(key_from, key_to, time_from, time_to, True, "backward_fetch_range")
-
-    def fetch_all(self, time_from: int, time_to: int) -> StoreIterator:
-        return self.fetch_range(None, None, time_from, time_to)
-
-    def backward_fetch_all(self, time_from: int, time_to: int) -> StoreIterator:
-        return self.backward_fetch_range(None, None, time_from, time_to)
-
-    def all(self) -> StoreIterator:
-        return self.fetch_range(None, None, 0, MAX_TIME)
-
-    def backward_all(self) -> StoreIterator:
-        return self.backward_fetch_range(None, None, 0, MAX_TIME)
-
-    def _fetch(self, key: bytes, time_from: int, time_to: int, reverse: bool) -> StoreIterator:
-        if not self._open:
-            raise self._closed()
-        key = check_key(key)
-        time_from, time_to = check_time_range(time_from, time_to)
-        lo = self._live_from(time_from)
-        if lo > time_to:  # every window in the range expired
-            return StoreIterator(iter(()))
-        return self._iterator(self._read_key(key, lo, time_to, reverse))
-
-    def _fetch_range(
-        self,
-        key_from: bytes | None,
-        key_to: bytes | None,
-        time_from: int,
-        time_to: int,
-        reverse: bool,
-        method: str,
-    ) -> StoreIterator:
-        if not self._open:
-            raise self._closed()
-        key_from = check_bound(key_from, "key_from")
-        key_to = check_bound(key_to, "key_to")
-        time_from, time_to = check_time_range(time_from, time_to)
-        if key_range_is_empty(key_from, key_to, method):
-            return StoreIterator(iter(()))
-        lo = self._live_from(time_from)
-        if lo > time_to:  # every window in the range expired
-            return StoreIterator(iter(()))
-        return self._iterator(self._read_range(key_from, key_to, lo, time_to, reverse))
-
-    def _live_from(self, time_from: int) -> int:
-        """The earliest window start a new read may return (expired windows excluded)."""
-        earliest = self.observed_stream_time - self.retention_period + 1
-        return time_from if time_from > earliest else earliest
-
-    def typed(self, key_serde: Any, value_serde: Any) -> Any:
-        """A view that encodes keys and values with the given serdes."""
-        from spark_statestore.stores.typed import TypedWindowStore
-
-        return TypedWindowStore(self, key_serde, value_serde)

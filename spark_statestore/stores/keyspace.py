@@ -13,7 +13,8 @@ from typing import Iterable, Iterator, Protocol
 
 import rocksdict
 
-from spark_statestore.stores.rocksdb import RocksDatabase, first_in, last_in
+from spark_statestore.stores.rocksdb import RocksDatabase
+from spark_statestore.stores.rocksdb_scan import first_in, last_in
 from spark_statestore.stores.sorted_map import SortedMap
 
 

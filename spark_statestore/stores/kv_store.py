@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from spark_statestore.stores.api import KeyValueStore, prefix_end
 from spark_statestore.stores.keyspace import KeySpace, MemoryKeySpace
-from spark_statestore.stores.rocksdb import storage_error
+from spark_statestore.stores.damage import storage_error
 from spark_statestore.validation import check_iterable, check_key, check_pairs, check_value
 
 

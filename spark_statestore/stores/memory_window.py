@@ -19,9 +19,10 @@ from __future__ import annotations
 import weakref
 from typing import Iterator
 
-from spark_statestore.stores.api import Windowed, WindowStore, window_of
 from spark_statestore.stores.sorted_map import SortedMap
-from spark_statestore.stores.window_spec import WindowSpec
+from spark_statestore.stores.spec import WindowSpec
+from spark_statestore.stores.window_api import WindowStore
+from spark_statestore.stores.windowed import Windowed, window_of
 
 
 class _Hold:

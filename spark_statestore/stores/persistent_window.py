@@ -24,11 +24,13 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from spark_statestore.serde import escape, unescape
-from spark_statestore.stores.api import Windowed, WindowStore, prefix_end, window_of
+from spark_statestore.stores.api import prefix_end
+from spark_statestore.stores.damage import storage_error
 from spark_statestore.stores.keyspace import KeySpace
+from spark_statestore.stores.spec import WindowSpec
+from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
-from spark_statestore.stores.rocksdb import storage_error
-from spark_statestore.stores.window_spec import WindowSpec
+from spark_statestore.stores.windowed import Windowed, window_of
 from spark_statestore.validation import check_window_columns
 
 _STREAM_TIME_KEY = b"\xff\x01stream_time"

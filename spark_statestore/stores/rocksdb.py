@@ -5,8 +5,7 @@ handles, iterators), so `close()` really releases the directory for the next ope
 rocksdict any live handle or iterator keeps the database open.
 
 Facts this module works around (rocksdict 0.3): every existing column family must be
-named at open; `ReadOptions.set_iterate_lower_bound` sets an upper bound, so lower bounds
-are applied with `seek` and a check in Python; iterating a `Snapshot` ignores the
+named at open; iterating a `Snapshot` ignores the
 snapshot (plain iterators are consistent on their own). A manual `flush()` flushes only
 one column family even with `atomic_flush` (measured: after a kill, the flushed family
 had its data and the others had lost theirs), while creating a checkpoint flushes every
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -28,99 +26,12 @@ import rocksdict
 
 from spark_statestore.errors import CorruptStateError, StoreClosedError, StoreLockedError
 from spark_statestore.faults import fault_point
-from spark_statestore.validation import (
-    check_bool,
-    check_instance,
-    check_int,
-    check_name,
-    check_path,
-    check_seconds,
-)
-
-DEFAULT_COLUMN_FAMILY = "default"
-META_COLUMN_FAMILY = "__meta__"
-_RESERVED_PREFIX = "__"
-# written into a database directory once RocksDB reported damaged data in it: the copy is
-# not opened again (its owner rebuilds it from a durable copy)
-DAMAGE_MARKER = "DAMAGE-REPORTED"
-_DAMAGED_FILE = re.compile(r"(/\S+?\.(?:sst|log|blob))\b")
-
-
-def storage_error(error: BaseException) -> BaseException:
-    """The error to raise for an exception from rocksdict: data corruption (block
-    checksum mismatches, truncated files) becomes `CorruptStateError` naming the file, and
-    the database directory is marked damaged; anything else is returned unchanged."""
-    if type(error) is not Exception:
-        return error
-    text = str(error)
-    if not text.startswith(("Corruption", "IO error")):
-        return error
-    match = _DAMAGED_FILE.search(text)
-    where = "a RocksDB database"
-    if match is not None:
-        where = match.group(1)
-        directory = os.path.dirname(where)
-        if os.path.isdir(directory):
-            try:
-                with open(os.path.join(directory, DAMAGE_MARKER), "w") as marker:
-                    marker.write(text)
-            except OSError:
-                pass
-    damaged = CorruptStateError(f"RocksDB cannot read {where}: {text}")
-    damaged.__cause__ = error
-    return damaged
-
-
-class RocksMemory:
-    """One memory budget for the RocksDB databases that share it: an LRU block cache of
-    `total_bytes` (data, index and filter blocks) to which a write buffer manager charges
-    the memtables, so RocksDB's memory stays near `total_bytes` however many databases and
-    column families use it. Memtables may take up to half of it before they are flushed."""
-
-    def __init__(self, total_bytes: int) -> None:
-        self.total_bytes = check_int(total_bytes, "total_bytes", 1 << 20)
-        self.cache = rocksdict.Cache(self.total_bytes)
-        self.write_buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
-            self.total_bytes // 2, False, self.cache
-        )
-
-    @property
-    def write_buffer_bytes(self) -> int:
-        """A column family's memtable size under this budget."""
-        return max(1 << 20, self.total_bytes // 8)
-
-    def apply(self, opts: rocksdict.Options) -> None:
-        table = rocksdict.BlockBasedOptions()
-        table.set_block_cache(self.cache)
-        table.set_cache_index_and_filter_blocks(True)
-        table.set_pin_l0_filter_and_index_blocks_in_cache(False)
-        opts.set_block_based_table_factory(table)
-        opts.set_write_buffer_manager(self.write_buffers)
-
-    def usage(self) -> int:
-        """Bytes RocksDB holds now under this budget (blocks and memtables)."""
-        return self.cache.get_usage()
-
-    def __repr__(self) -> str:
-        return f"RocksMemory(total_bytes={self.total_bytes}, usage={self.usage()})"
-
-
-def check_store_name(name: Any) -> str:
-    """Store names double as column-family names: non-empty text without NUL characters;
-    names starting with `__` and `default` are reserved."""
-    name = check_name(name)
-    if "\x00" in name:
-        raise ValueError(f"name must not contain NUL characters, got {name!r}")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"name must be valid Unicode text, got {name!r}") from None
-    if name.startswith(_RESERVED_PREFIX) or name == DEFAULT_COLUMN_FAMILY:
-        raise ValueError(
-            f"name {name!r} is reserved (names starting with '__' and 'default' are used internally)"
-        )
-    return name
-
+from spark_statestore.stores.damage import DAMAGE_MARKER, storage_error
+from spark_statestore.stores.names import DEFAULT_COLUMN_FAMILY, META_COLUMN_FAMILY
+from spark_statestore.stores.rocksdb_options import RocksMemory, rocksdb_options
+from spark_statestore.stores.rocksdb_scan import scan_column_family
+from spark_statestore.stores.spec import StoreSpec
+from spark_statestore.validation import check_bool, check_instance, check_int, check_path, check_seconds
 
 def _is_lock_error(error: Exception) -> bool:
     text = str(error)
@@ -158,8 +69,8 @@ class RocksDatabase:
         write_buffer_bytes = check_int(write_buffer_bytes, "write_buffer_bytes", 1 << 16)
         if memory is not None:
             write_buffer_bytes = min(write_buffer_bytes, memory.write_buffer_bytes)
-        self._options = self._make_options(write_buffer_bytes, memory)
-        self._cf_options = self._make_options(write_buffer_bytes, memory)
+        self._options = rocksdb_options(write_buffer_bytes, memory)
+        self._cf_options = rocksdb_options(write_buffer_bytes, memory)
         self.write_options = rocksdict.WriteOptions()
         self.write_options.disable_wal = not wal
         self._db, self._names = self._open(check_seconds(lock_timeout, "lock_timeout"))
@@ -169,26 +80,6 @@ class RocksDatabase:
         self._open_flag = True
 
     # -- opening ------------------------------------------------------------------------
-
-    @staticmethod
-    def _make_options(write_buffer_bytes: int, memory: RocksMemory | None) -> rocksdict.Options:
-        opts = rocksdict.Options(raw_mode=True)
-        opts.create_if_missing(True)
-        opts.create_missing_column_families(True)
-        opts.set_atomic_flush(True)
-        opts.set_keep_log_file_num(2)
-        opts.set_max_log_file_size(1 << 20)
-        opts.set_max_background_jobs(2)
-        opts.set_write_buffer_size(write_buffer_bytes)
-        opts.set_db_write_buffer_size(2 * write_buffer_bytes)
-        # open table files on demand: opening the database must not cost more as it grows
-        opts.set_max_open_files(512)
-        # open reads the table files' footers in the calling thread: RocksDB's default starts
-        # 16 threads per column family at every open, which cost more than the reads
-        opts.set_max_file_opening_threads(1)
-        if memory is not None:
-            memory.apply(opts)
-        return opts
 
     def _existing_column_families(self) -> list[str]:
         path = self.path
@@ -273,21 +164,22 @@ class RocksDatabase:
         self._check_open()
         return set(self._names)
 
-    def register_store(self, name: str, spec: dict) -> None:
-        """Record what kind of store column family `name` holds; refuse to reopen it differently.
-        A record without some of `spec`'s fields (written before they were recorded) is
-        completed with them."""
+    def register_store(self, spec: StoreSpec) -> None:
+        """Record what kind of store column family `spec.name` holds (`spec.store_record()`);
+        refuse to reopen it differently. A record without some of the spec's fields (written
+        before they were recorded) is completed with them."""
+        name, record = spec.name, spec.store_record()
         meta = self.column_family(META_COLUMN_FAMILY)
         key = b"store:" + name.encode("utf-8")
         stored = meta.get(key)
         existing = {} if stored is None else self._store_record(name, stored)
-        differs = any(existing.get(field, value) != value for field, value in spec.items())
-        if differs or existing.keys() - spec.keys():
+        differs = any(existing.get(field, value) != value for field, value in record.items())
+        if differs or existing.keys() - record.keys():
             raise ValueError(
-                f"store {name!r} in {self.path} was created as {existing}; cannot open it as {spec}"
+                f"store {name!r} in {self.path} was created as {existing}; cannot open it as {record}"
             )
-        if existing != spec:
-            meta.put(key, json.dumps(spec, sort_keys=True).encode("utf-8"))
+        if existing != record:
+            meta.put(key, json.dumps(record, sort_keys=True).encode("utf-8"))
 
     def _store_record(self, name: str, stored: bytes) -> dict:
         try:
@@ -316,7 +208,7 @@ class RocksDatabase:
         self, cf: rocksdict.Rdict, lo: bytes | None, hi: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
         """Pairs with `lo <= key < hi` (None = open) from a consistent point in time."""
-        gen = _scan(cf, lo, hi, reverse)
+        gen = scan_column_family(cf, lo, hi, reverse)
         self._scans.add(gen)
         return gen
 
@@ -398,91 +290,6 @@ class RocksDatabase:
 
     def __repr__(self) -> str:
         return f"<RocksDatabase {self.path} wal={self.wal} {'open' if self._open_flag else 'closed'}>"
-
-
-def _scan(
-    cf: rocksdict.Rdict, lo: bytes | None, hi: bytes | None, reverse: bool
-) -> Iterator[tuple[bytes, bytes]]:
-    opts = rocksdict.ReadOptions()
-    if hi is not None:
-        opts.set_iterate_upper_bound(hi)
-    last: bytes | None = None
-    if not reverse:
-        items = cf.items(read_opt=opts) if lo is None else cf.items(from_key=lo, read_opt=opts)
-        for item in items:
-            last = item[0]
-            yield item
-    else:
-        for item in cf.items(backwards=True, read_opt=opts):
-            if lo is not None and item[0] < lo:
-                return
-            last = item[0]
-            yield item
-    _check_scan_end(cf, opts, lo, hi, last, reverse)
-
-
-def _check_scan_end(
-    cf: rocksdict.Rdict, opts: rocksdict.ReadOptions, lo: bytes | None, hi: bytes | None,
-    last: bytes | None, reverse: bool,
-) -> None:
-    """rocksdict's item iterators end silently where RocksDB hit damaged data: look once
-    more from where the scan ended, and raise if RocksDB reports an error there."""
-    it = cf.iter(opts)
-    try:
-        if not reverse:
-            if last is None:
-                it.seek_to_first() if lo is None else it.seek(lo)
-            else:
-                it.seek(last)
-                if it.valid():
-                    it.next()
-        elif last is None:
-            it.seek_to_last() if hi is None else it.seek_for_prev(hi)
-        else:
-            it.seek_for_prev(last)
-            if it.valid():
-                it.prev()
-        if not it.valid():
-            it.status()
-    except Exception as e:
-        raise storage_error(e) from None
-
-
-def _checked_position(it: rocksdict.RdictIter) -> bool:
-    """Whether the iterator points at an entry; an invalid one is checked for errors."""
-    if it.valid():
-        return True
-    try:
-        it.status()
-    except Exception as e:
-        raise storage_error(e) from None
-    return False
-
-
-def first_in(cf: rocksdict.Rdict, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
-    """The first pair with `lo <= key < hi`, by one seek."""
-    it = cf.iter()
-    it.seek(lo)
-    if not _checked_position(it):
-        return None
-    key = it.key()
-    if hi is not None and key >= hi:
-        return None
-    return key, it.value()
-
-
-def last_in(cf: rocksdict.Rdict, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
-    """The last pair with `lo <= key < hi`, by one seek."""
-    it = cf.iter()
-    it.seek_for_prev(hi)
-    if it.valid() and it.key() >= hi:
-        it.prev()
-    if not _checked_position(it):
-        return None
-    key = it.key()
-    if lo is not None and key < lo:
-        return None
-    return key, it.value()
 
 
 def verify_database(path: str) -> None:

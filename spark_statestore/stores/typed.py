@@ -3,18 +3,24 @@
 `store.typed(Serdes.string(), Serdes.json())` gives the same operations over Python
 values. Ranges follow byte order of the encoded keys, so use an order-preserving key
 serde (`Serdes.string()`, `Serdes.int64_key()`, `Serdes.tuple(...)`) where order matters.
-Anything else (commit, metrics, stream time, ...) is passed through to the store.
+
+Every other operation a typed store offers is written out in its class and passed to
+the store: the common surface (`name`, `persistent`, `is_open`, `flush`, `close`), the
+transactional one where the store has it (`commit`, `committed_offset`, `rollback`,
+`approximate_num_uncommitted_bytes`, `transaction_metrics`, and `read_only`, which gives
+a typed read-only view), and a window store's stream time, parameters and metrics.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
 from spark_statestore.serde.values import as_list
-from spark_statestore.stores.api import KeyValueStore, Windowed, WindowStore
 from spark_statestore.stores.iterators import StoreIterator
+from spark_statestore.stores.spec import Clock
+from spark_statestore.stores.windowed import Windowed
 from spark_statestore.validation import check_items
 
 
@@ -44,6 +50,9 @@ def _key_encoder(serde: Serde) -> Callable[[Any], bytes]:
 
 
 class _Typed:
+    """What typed key-value and window stores share: the serdes, and the operations that
+    pass straight to the store (see module docstring)."""
+
     def __init__(self, store: Any, key_serde: Serde, value_serde: Serde) -> None:
         self.store = store
         self.key_serde = key_serde
@@ -88,14 +97,53 @@ class _Typed:
     def _bound(self, key: Any) -> bytes | None:
         return None if key is None else self._ek(key)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
+    # -- the common surface ---------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.store.name
+
+    @property
+    def persistent(self) -> bool:
+        return self.store.persistent
+
+    @property
+    def is_open(self) -> bool:
+        return self.store.is_open
+
+    def flush(self) -> None:
+        self.store.flush()
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- transactional stores (KIP-892) ------------------------------------------------------
+
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None:
+        self.store.commit(offsets)
+
+    def committed_offset(self, name: str) -> int | None:
+        return self.store.committed_offset(name)
+
+    def rollback(self) -> None:
+        self.store.rollback()
+
+    def approximate_num_uncommitted_bytes(self) -> int:
+        return self.store.approximate_num_uncommitted_bytes()
+
+    @property
+    def transaction_metrics(self) -> Any:
+        return self.store.transaction_metrics
+
+    def read_only(self, isolation: Any = "READ_COMMITTED") -> Any:
+        """A typed read-only view of the store (same serdes) at the given isolation level."""
+        return self.store.read_only(isolation).typed(self.key_serde, self.value_serde)
 
     def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.store.close()
+        self.close()
 
     def __repr__(self) -> str:
         return f"<typed {self.store!r} keys={self.key_serde!r} values={self.value_serde!r}>"
@@ -103,8 +151,6 @@ class _Typed:
 
 class TypedKeyValueStore(_Typed):
     """A `KeyValueStore` over typed keys and values."""
-
-    store: KeyValueStore
 
     def put(self, key: Any, value: Any) -> None:
         self.store.put(self._ek(key), self._encode_value(value))
@@ -155,6 +201,9 @@ class TypedKeyValueStore(_Typed):
     def reverse_all(self) -> StoreIterator:
         return _decoded(self.store.reverse_all(), self._pair)
 
+    def approximate_num_entries(self) -> int:
+        return self.store.approximate_num_entries()
+
     def prefix_scan(self, prefix: Any) -> StoreIterator:
         """Keys starting with `prefix`; for tuple keys, `prefix` is a tuple of leading components."""
         if isinstance(prefix, tuple) and isinstance(self.key_serde, TupleKeySerde):
@@ -167,7 +216,32 @@ class TypedKeyValueStore(_Typed):
 class TypedWindowStore(_Typed):
     """A `WindowStore` over typed keys and values."""
 
-    store: WindowStore
+    @property
+    def observed_stream_time(self) -> int:
+        return self.store.observed_stream_time
+
+    def advance_stream_time(self, time: int) -> None:
+        self.store.advance_stream_time(time)
+
+    @property
+    def retention_period(self) -> int:
+        return self.store.retention_period
+
+    @property
+    def window_size(self) -> int:
+        return self.store.window_size
+
+    @property
+    def retain_duplicates(self) -> bool:
+        return self.store.retain_duplicates
+
+    @property
+    def clock(self) -> Clock:
+        return self.store.clock
+
+    @property
+    def metrics(self) -> Any:
+        return self.store.metrics
 
     def put(self, key: Any, value: Any, window_start: int) -> None:
         self.store.put(self._ek(key), self._encode_value(value), window_start)

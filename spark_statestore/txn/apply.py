@@ -17,8 +17,16 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import rocksdict
 
 from spark_statestore.faults import fault_point
-from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase
-from spark_statestore.validation import check_iterable, check_pair, columns_are_bytes, describe
+from spark_statestore.stores.names import META_COLUMN_FAMILY
+from spark_statestore.stores.rocksdb import RocksDatabase
+from spark_statestore.validation import (
+    check_items,
+    check_iterable,
+    check_key,
+    check_pair,
+    columns_are_bytes,
+    describe,
+)
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 
@@ -89,6 +97,20 @@ def check_blocks(blocks: Iterable[Block], check_store: Callable[[Any], str]) -> 
         except (TypeError, ValueError) as e:
             raise type(e)(f"blocks[{index}]: {e}") from None
         yield name, keys, values
+
+
+def _check_range(lo: Any, hi: Any) -> tuple[bytes, bytes]:
+    return check_key(lo, "lo"), check_key(hi, "hi")
+
+
+def check_ranges(ranges: Any, check_store: Callable[[Any], str]) -> dict[str, list[tuple[bytes, bytes]]]:
+    """Range deletions to apply: store name (checked by `check_store`) to `(lo, hi)` byte pairs."""
+    if not isinstance(ranges, Mapping):
+        raise TypeError(f"ranges must be a mapping of store name to (lo, hi) pairs, got {describe(ranges)}")
+    return {
+        check_store(name): check_items(spans, f"ranges[{name!r}]", ("lo", "hi"), _check_range)
+        for name, spans in ranges.items()
+    }
 
 
 def apply_changes(

@@ -1,14 +1,18 @@
 """`MemoryBudget`: the uncommitted bytes of one transaction, against its limit (KIP-892).
 
-The keyspaces of a `TransactionalDatabase` charge it what each write adds to (or frees
-from) their in-memory buffers: key and value bytes (KIP-892's uncommitted bytes) and
-records. The memory the buffers really take is those bytes plus `ENTRY_COST` per record
-(the bytes objects' headers, the dict slot and the sorted index of CPython; measured
-against RSS by `benchmarks/memory.py`); the database gives the budget the function that
-spills the buffers to disk, called as soon as that memory passes the limit. The budget
-also keeps the total uncommitted bytes (in memory and spilled) and their peak, and can
-call a watcher once per transaction when the total first passes a threshold (the
-in-flight signal of the early trigger).
+*Uncommitted bytes* is one quantity (`uncommitted_cost`), used for every decision and
+every report: the key and value bytes of the buffered records (KIP-892's count; a
+tombstone counts its key, a pending range deletion its bounds) plus `ENTRY_COST` per
+record, what CPython takes for a record beyond those bytes (the bytes objects' headers,
+the dict slot and the sorted index; measured against RSS by `benchmarks/memory.py`).
+
+The keyspaces of a `TransactionalDatabase` charge the budget what each write adds to (or
+frees from) their in-memory buffers; the database gives the budget the function that
+spills the buffers to disk, called as soon as the bytes in memory pass the limit. The
+budget also keeps the total (in memory and spilled) and its peak, and can call a watcher
+once per transaction when the total first passes a threshold (the in-flight signal of
+the early trigger). The total is never below the bytes in memory, so a transaction that
+spills has always passed a threshold equal to the limit first.
 """
 
 from __future__ import annotations
@@ -22,16 +26,21 @@ from typing import Callable
 ENTRY_COST = 152
 
 
+def uncommitted_cost(nbytes: int, records: int) -> int:
+    """The uncommitted bytes of `records` buffered records holding `nbytes` key and value
+    bytes (a change of both: what a write adds or frees)."""
+    return nbytes + records * ENTRY_COST
+
+
 class MemoryBudget:
     """Uncommitted bytes in memory and spilled, their peak, the limit and the spill hook."""
 
-    __slots__ = ("limit", "memory", "entries", "spilled", "peak", "_spill", "_threshold", "_watch_at", "_watcher")
+    __slots__ = ("limit", "memory", "spilled", "peak", "_spill", "_threshold", "_watch_at", "_watcher")
 
     def __init__(self, limit: float, spill: Callable[[], None]) -> None:
-        self.limit = limit  # memory the buffers may take before spilling (math.inf: no limit)
-        self.memory = 0  # uncommitted key and value bytes in memory
-        self.entries = 0  # records in memory
-        self.spilled = 0
+        self.limit = limit  # uncommitted bytes the buffers may hold before spilling (math.inf: no limit)
+        self.memory = 0  # uncommitted bytes in memory
+        self.spilled = 0  # uncommitted bytes moved to the spill area
         self.peak = 0
         self._spill = spill
         self._threshold = math.inf
@@ -43,29 +52,25 @@ class MemoryBudget:
         """Uncommitted bytes of the transaction, in memory and spilled."""
         return self.memory + self.spilled
 
-    @property
-    def memory_cost(self) -> int:
-        """What the in-memory buffers really take."""
-        return self.memory + self.entries * ENTRY_COST
-
     def charge(self, delta: int, entries: int = 0) -> None:
-        """A write changed the in-memory buffers by `delta` bytes and `entries` records."""
-        memory = self.memory + delta
+        """A write changed the in-memory buffers by `delta` key and value bytes and
+        `entries` records."""
+        memory = self.memory + uncommitted_cost(delta, entries)
         self.memory = memory
-        self.entries += entries
         total = memory + self.spilled
         if total > self.peak:
             self.peak = total
             if total > self._watch_at:
                 self._fire(total)
-        if memory + self.entries * ENTRY_COST > self.limit:
+        if memory > self.limit:
             self._spill()
 
     def spilled_to_disk(self, nbytes: int, entries: int) -> None:
-        """`nbytes` in `entries` buffered records moved from memory to the spill area."""
-        self.memory -= nbytes
-        self.entries -= entries
-        self.spilled += nbytes
+        """`nbytes` key and value bytes in `entries` buffered records moved from memory to
+        the spill area."""
+        moved = uncommitted_cost(nbytes, entries)
+        self.memory -= moved
+        self.spilled += moved
 
     def watch(self, threshold: int, watcher: Callable[[int], None] | None) -> None:
         """Call `watcher(total)` once per transaction when the total passes `threshold`."""
@@ -81,7 +86,6 @@ class MemoryBudget:
     def reset(self) -> None:
         """The transaction ended (commit or rollback): nothing is uncommitted any more."""
         self.memory = 0
-        self.entries = 0
         self.spilled = 0
         self.peak = 0
         self._watch_at = self._threshold

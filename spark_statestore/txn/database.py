@@ -19,7 +19,6 @@ data, offsets and marker at one point, so the database reopens at some committed
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import threading
@@ -27,25 +26,34 @@ import time
 import weakref
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
-from spark_statestore.faults import fault_point
 from spark_statestore.errors import CorruptStateError, StateStoreError, StoreClosedError
+from spark_statestore.faults import fault_point
 from spark_statestore.stores.api import prefix_end
-from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
 from spark_statestore.stores.kv_store import RocksDBKeyValueStore
+from spark_statestore.stores.names import META_COLUMN_FAMILY, check_store_name
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
-from spark_statestore.stores.rocksdb import META_COLUMN_FAMILY, RocksDatabase, RocksMemory, check_store_name
-from spark_statestore.stores.window_spec import Clock, WindowSpec
+from spark_statestore.stores.rocksdb import RocksDatabase, RocksMemory
+from spark_statestore.stores.spec import Clock, StoreSpec
 from spark_statestore.txn.apply import (
     DEFAULT_CHUNK_BYTES,
     Block,
     apply_changes,
     blocks_of,
     check_blocks,
-    pair_columns,
+    check_ranges,
 )
 from spark_statestore.txn.budget import MemoryBudget
 from spark_statestore.txn.isolation import IsolationLevel
-from spark_statestore.txn.keyspace import STAGING_PREFIX, TransactionalKeySpace, decode_staged
+from spark_statestore.txn.keyspace import TransactionalKeySpace
+from spark_statestore.txn.marker import apply_marker, recover, write_marker
+from spark_statestore.txn.meta_entries import (
+    OFFSET_PREFIX,
+    decode_offset,
+    offset_entries,
+    offset_key,
+    property_entries,
+    property_key,
+)
 from spark_statestore.txn.metrics import TransactionMetrics
 from spark_statestore.txn.stores import TransactionalKeyValueStore, TransactionalWindowStore
 from spark_statestore.txn.views import (
@@ -55,18 +63,9 @@ from spark_statestore.txn.views import (
     LockedKeySpace,
     ReadOnlyView,
 )
-from spark_statestore.validation import (
-    check_int,
-    check_items,
-    check_key,
-    check_name,
-    describe,
-)
+from spark_statestore.validation import check_int, describe
 
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 << 20
-_MARKER_KEY = b"txn:commit-marker"
-_OFFSET_PREFIX = b"offset:"
-_PROPERTY_PREFIX = b"property:"
 
 Ranges = Mapping[str, "list[tuple[bytes, bytes]]"]
 Entries = Iterable[tuple[str, bytes, "bytes | None"]]
@@ -78,66 +77,6 @@ class ChangeSink(Protocol):
     def delete_range(self, store: str, lo: bytes, hi: bytes) -> None: ...
 
     def put_block(self, store: str, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None: ...
-
-
-def _utf8(name: str, what: str) -> bytes:
-    if not isinstance(name, str):
-        raise TypeError(f"{what} must be a str, got {describe(name)}")
-    try:
-        return name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{what} must be valid Unicode text, got {name!r}") from None
-
-
-def _offset_key(name: str) -> bytes:
-    return _OFFSET_PREFIX + _utf8(name, "offset name")
-
-
-def _property_key(name: Any, what: str = "property name") -> bytes:
-    return _PROPERTY_PREFIX + _utf8(name, what)
-
-
-def _property_entries(properties: Any) -> dict[bytes, bytes]:
-    """`properties` (a mapping of str to str) as metadata entries, every one checked first."""
-    if not isinstance(properties, Mapping):
-        raise TypeError(f"properties must be a mapping of str to str, got {describe(properties)}")
-    entries = {}
-    for name, value in properties.items():
-        if not isinstance(name, str) or not isinstance(value, str):
-            raise TypeError(f"properties must map str to str, got {name!r}: {describe(value)}")
-        entries[_property_key(name, "properties key")] = _utf8(value, f"properties[{name!r}]")
-    return entries
-
-
-def check_offsets(offsets: Any) -> dict[str, int]:
-    """`offsets` as a dict of str to int (`None` = no offsets)."""
-    if offsets is None:
-        return {}
-    if not isinstance(offsets, Mapping):
-        raise TypeError(f"offsets must be a mapping of str to int, got {type(offsets).__name__}: {offsets!r}")
-    out = {}
-    for name, value in offsets.items():
-        if not isinstance(name, str):
-            raise TypeError(f"offsets keys must be str, got {type(name).__name__}: {name!r}")
-        _utf8(name, "offsets key")
-        if type(value) is not int or not -(2**63) <= value < 2**63:
-            raise TypeError(f"offsets[{name!r}] must be a 64-bit int, got {type(value).__name__}: {value!r}")
-        out[name] = value
-    return out
-
-
-def _check_range(lo: Any, hi: Any) -> tuple[bytes, bytes]:
-    return check_key(lo, "lo"), check_key(hi, "hi")
-
-
-def _check_ranges(ranges: Any) -> dict[str, list[tuple[bytes, bytes]]]:
-    """The range deletions of a replay: store name to `(lo, hi)` byte pairs."""
-    if not isinstance(ranges, Mapping):
-        raise TypeError(f"ranges must be a mapping of store name to (lo, hi) pairs, got {describe(ranges)}")
-    return {
-        check_store_name(name): check_items(spans, f"ranges[{name!r}]", ("lo", "hi"), _check_range)
-        for name, spans in ranges.items()
-    }
 
 
 class TransactionalDatabase:
@@ -175,31 +114,34 @@ class TransactionalDatabase:
         self._views: weakref.WeakSet[ReadOnlyView] = weakref.WeakSet()
         self._meta = self.db.column_family(META_COLUMN_FAMILY)
         try:
-            self._recover()
+            recover(self.db, self.commit_chunk_bytes)
         except BaseException:
             self.db.close()
             raise
 
     # -- stores -------------------------------------------------------------------------
 
-    def _new_keyspace(self, name: Any, spec: dict) -> TransactionalKeySpace:
+    def open_store(self, spec: StoreSpec, on_close: Any = None) -> Any:
+        """The transactional store `spec` describes (a `StoreSpec`), opened in this database;
+        the database records the store's kind and refuses to reopen it differently."""
         self._check_open()
-        check_store_name(name)
+        name = spec.name
         if name in self._stores:
             raise ValueError(f"store {name!r} is already open in {self.path}")
-        self.db.register_store(name, spec)
+        self.db.register_store(spec)
         keyspace = self._keyspaces.get(name)
         if keyspace is None:
             keyspace = self._keyspaces[name] = TransactionalKeySpace(self.db, name, self.budget)
-        return keyspace
+        if spec.window_spec is None:
+            store: Any = TransactionalKeyValueStore(name, keyspace, self, on_close)
+        else:
+            store = TransactionalWindowStore(name, keyspace, self, spec.window_spec, on_close)
+        self._stores[name] = store
+        return store
 
     def key_value_store(self, name: str, on_close: Any = None) -> TransactionalKeyValueStore:
         """The transactional key-value store `name` of this database."""
-        name = check_name(name)
-        keyspace = self._new_keyspace(name, {"kind": "key_value"})
-        store = TransactionalKeyValueStore(name, keyspace, self, on_close)
-        self._stores[name] = store
-        return store
+        return self.open_store(StoreSpec.key_value(name), on_close)
 
     def window_store(
         self,
@@ -213,22 +155,8 @@ class TransactionalDatabase:
     ) -> TransactionalWindowStore:
         """The transactional window store `name` of this database (parameters as for
         `Stores.persistent_window_store`)."""
-        spec = WindowSpec.of(name, retention_period, window_size, retain_duplicates, segment_interval, clock)
-        return self.window_store_of(name, spec, on_close)
-
-    def window_store_of(self, name: str, spec: WindowSpec, on_close: Any = None) -> TransactionalWindowStore:
-        """The transactional window store `name` with a checked `WindowSpec`."""
-        kind = {
-            "kind": "window",
-            "retain_duplicates": spec.retain_duplicates,
-            "window_size": spec.window_size,
-            # a longer retention would bring back expired records not yet deleted
-            "retention_period": spec.retention_period,
-        }
-        keyspace = self._new_keyspace(name, kind)
-        store = TransactionalWindowStore(name, keyspace, self, spec, on_close)
-        self._stores[name] = store
-        return store
+        spec = StoreSpec.window(name, retention_period, window_size, retain_duplicates, segment_interval, clock=clock)
+        return self.open_store(spec, on_close)
 
     def store(self, name: str) -> Any:
         return self._stores[name]
@@ -262,12 +190,9 @@ class TransactionalDatabase:
     def commit(self, offsets: Mapping[str, int] | None = None) -> None:
         """Persist every write since the last commit together with `offsets`, atomically."""
         self._check_open()
-        offsets = check_offsets(offsets)
+        final = offset_entries(offsets)
         started = time.perf_counter()
         with self._lock:
-            final: dict[bytes, bytes | None] = {
-                _offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in offsets.items()
-            }
             if any(ks.staging is not None for ks in self._keyspaces.values()):
                 self._commit_staged(final)
             else:
@@ -331,11 +256,9 @@ class TransactionalDatabase:
         chunk_bytes: float,
     ) -> None:
         self._check_open()
-        final: dict[bytes, bytes | None] = {
-            _offset_key(n): v.to_bytes(8, "big", signed=True) for n, v in check_offsets(offsets).items()
-        }
-        final.update(_property_entries(properties or {}))
-        ranges = _check_ranges(ranges)
+        final = offset_entries(offsets)
+        final.update(property_entries(properties or {}))
+        ranges = check_ranges(ranges, check_store_name)
         with self._lock:
             if any(ks.pending or ks.ranges or ks.staging is not None for ks in self._keyspaces.values()):
                 raise StateStoreError(f"cannot replay changes into {self.path} while a transaction is open")
@@ -344,7 +267,7 @@ class TransactionalDatabase:
     def get_property(self, name: str) -> str | None:
         """A committed property (a small string the owner keeps with the data), or None."""
         self._check_open()
-        raw = self._meta.get(_property_key(name))
+        raw = self._meta.get(property_key(name))
         try:
             return None if raw is None else raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -353,7 +276,7 @@ class TransactionalDatabase:
     def set_properties(self, properties: Mapping[str, str]) -> None:
         """Write properties now, outside the transaction (durable at the next flush)."""
         self._check_open()
-        for key, value in _property_entries(properties).items():
+        for key, value in property_entries(properties).items():
             self._meta.put(key, value)
 
     def checkpoint(self, destination: str) -> None:
@@ -373,48 +296,17 @@ class TransactionalDatabase:
     def _commit_staged(self, final: dict[bytes, bytes | None]) -> None:
         self.spill()
         fault_point("commit:after-spill")
-        marker = {
-            "offsets": {k.hex(): v.hex() for k, v in final.items() if v is not None},
-            "ranges": {n: [[lo.hex(), hi.hex()] for lo, hi in r] for n, r in self._ranges().items()},
-            "staged": [n for n, ks in self._keyspaces.items() if ks.staging is not None],
-        }
-        self._meta.put(_MARKER_KEY, json.dumps(marker).encode("utf-8"))
+        staged = [n for n, ks in self._keyspaces.items() if ks.staging is not None]
+        marker = write_marker(self.db, final, self._ranges(), staged)
         fault_point("commit:after-marker")
         try:
-            self._apply_marker(marker)
+            apply_marker(self.db, marker, self.commit_chunk_bytes)
         except BaseException as error:
             self.close()
             raise StateStoreError(
                 f"the commit of {self.path} was interrupted after its commit point ({error!r}); "
                 f"reopen the database to complete it"
             ) from error
-
-    def _apply_marker(self, marker: dict) -> None:
-        """Apply a committed, staged transaction (again, if a crash interrupted it)."""
-        ranges = {
-            name: [(bytes.fromhex(lo), bytes.fromhex(hi)) for lo, hi in spans]
-            for name, spans in marker["ranges"].items()
-        }
-        blocks = (
-            (name, keys, values)
-            for name in marker["staged"]
-            for keys, values in pair_columns(
-                decode_staged(ColumnFamilyKeySpace(self.db, STAGING_PREFIX + name).scan(None, None))
-            )
-        )
-        final: dict[bytes, bytes | None] = {
-            bytes.fromhex(k): bytes.fromhex(v) for k, v in marker["offsets"].items()
-        }
-        final[_MARKER_KEY] = None
-        apply_changes(self.db, ranges, blocks, final, self.commit_chunk_bytes)
-        fault_point("commit:after-apply")
-        if not self.db.wal:
-            # Dropping the staging column families is durable at once, while without the
-            # WAL the last batches (the marker's deletion among them) live in memtables: an
-            # automatic flush may already have made the marker durable, and a crash would
-            # then redo it from emptied staging families. Flush every family first.
-            self.db.flush()
-            fault_point("commit:after-flush")
 
     def rollback(self) -> None:
         """Discard every write since the last commit."""
@@ -428,33 +320,16 @@ class TransactionalDatabase:
     def committed_offset(self, name: str) -> int | None:
         """The offset committed last under `name` (None if never)."""
         self._check_open()
-        raw = self._meta.get(_offset_key(name))
-        return None if raw is None else int.from_bytes(raw, "big", signed=True)
+        raw = self._meta.get(offset_key(name))
+        return None if raw is None else decode_offset(raw)
 
     def committed_offsets(self) -> dict[str, int]:
         self._check_open()
-        prefix = _OFFSET_PREFIX
+        prefix = OFFSET_PREFIX
         out = {}
         for key, raw in self.db.scan(self._meta, prefix, prefix_end(prefix), False):
-            out[key[len(prefix) :].decode("utf-8")] = int.from_bytes(raw, "big", signed=True)
+            out[key[len(prefix) :].decode("utf-8")] = decode_offset(raw)
         return out
-
-    def _recover(self) -> None:
-        """Finish a commit a crash interrupted; drop leftover staging column families."""
-        raw = self._meta.get(_MARKER_KEY)
-        if raw is not None:
-            try:
-                marker = json.loads(raw)
-            except ValueError as e:
-                raise CorruptStateError(f"database {self.path} holds an unreadable commit marker: {e}") from e
-            if not isinstance(marker, dict) or not all(
-                isinstance(marker.get(k), t) for k, t in (("offsets", dict), ("ranges", dict), ("staged", list))
-            ):
-                raise CorruptStateError(f"database {self.path} holds a commit marker of an unknown shape")
-            self._apply_marker(marker)
-        for name in self.db.column_family_names():
-            if name.startswith(STAGING_PREFIX):
-                self.db.drop_column_family(name)
 
     # -- views --------------------------------------------------------------------------
 

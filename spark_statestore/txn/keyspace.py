@@ -9,8 +9,8 @@ tombstones and pending range deletions hiding committed keys.
 
 Byte accounting follows KIP-892: a pending put costs key + value bytes, a tombstone its
 key bytes; overwriting a pending key replaces its cost instead of adding to it. The
-memory budget that decides when to spill also counts what each buffered record costs
-CPython beyond those bytes (`budget.ENTRY_COST`).
+uncommitted bytes reported and budgeted add what each buffered record costs CPython
+beyond those bytes (`budget.uncommitted_cost`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.rocksdb import RocksDatabase
 from spark_statestore.stores.sorted_map import SortedMap
 from spark_statestore.txn.apply import pair_columns
-from spark_statestore.txn.budget import MemoryBudget
+from spark_statestore.txn.budget import MemoryBudget, uncommitted_cost
 
 STAGING_PREFIX = "__staging__"
 _MISSING = object()
@@ -55,7 +55,7 @@ class TransactionalKeySpace:
         self.ranges: list[tuple[bytes, bytes]] = []  # pending range deletions, sorted, disjoint
         self.memory_bytes = 0  # key and value bytes buffered in memory (KIP-892's count)
         self.entries = 0  # records buffered in memory
-        self.spilled_bytes = 0
+        self.spilled = 0  # uncommitted bytes moved to the staging column family
 
     # -- writes -------------------------------------------------------------------------
 
@@ -201,7 +201,8 @@ class TransactionalKeySpace:
 
     @property
     def uncommitted_bytes(self) -> int:
-        return self.memory_bytes + self.spilled_bytes
+        """This store's share of the transaction's uncommitted bytes (`MemoryBudget`)."""
+        return uncommitted_cost(self.memory_bytes, self.entries) + self.spilled
 
     def spill(self) -> None:
         """Move the in-memory buffer to the staging column family (chunked batches)."""
@@ -228,7 +229,7 @@ class TransactionalKeySpace:
         fault_point("spill:before-last-write")
         db.write(batch)
         fault_point("spill:after-write")
-        self.spilled_bytes += self.memory_bytes
+        self.spilled += uncommitted_cost(self.memory_bytes, self.entries)
         self._budget.spilled_to_disk(self.memory_bytes, self.entries)
         self.memory_bytes = 0
         self.entries = 0
@@ -250,7 +251,7 @@ class TransactionalKeySpace:
         self.ranges = []
         self.memory_bytes = 0
         self.entries = 0
-        self.spilled_bytes = 0
+        self.spilled = 0
         if self.staging is not None:
             self.staging = None
             self._db.drop_column_family(self.staging_name)

@@ -4,24 +4,36 @@ database's: stores opened in one `TransactionalDatabase` commit together."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from spark_statestore.stores.kv_store import RocksDBKeyValueStore
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
-from spark_statestore.stores.window_spec import WindowSpec
+from spark_statestore.stores.spec import WindowSpec
 from spark_statestore.txn.isolation import IsolationLevel
 from spark_statestore.txn.keyspace import TransactionalKeySpace
 from spark_statestore.txn.metrics import TransactionMetrics
+from spark_statestore.txn.views import ReadOnlyView
 
-if TYPE_CHECKING:
-    from spark_statestore.txn.database import TransactionalDatabase
-    from spark_statestore.txn.views import ReadOnlyView
+
+class Transaction(Protocol):
+    """What a store needs of the database whose transaction it shares (a
+    `TransactionalDatabase`)."""
+
+    metrics: TransactionMetrics
+
+    def commit(self, offsets: Mapping[str, int] | None = None) -> None: ...
+
+    def committed_offset(self, name: str) -> int | None: ...
+
+    def rollback(self) -> None: ...
+
+    def view(self, store: Any, isolation: Any = IsolationLevel.READ_COMMITTED) -> ReadOnlyView: ...
 
 
 class TransactionalStore:
     """Mixin for stores whose keyspace is a `TransactionalKeySpace`."""
 
-    _database: "TransactionalDatabase"
+    _database: Transaction
     _ks: TransactionalKeySpace
     _open: bool
 
@@ -30,7 +42,7 @@ class TransactionalStore:
             raise self._closed()  # type: ignore[attr-defined]
 
     @property
-    def database(self) -> "TransactionalDatabase":
+    def database(self) -> Transaction:
         return self._database
 
     def commit(self, offsets: Mapping[str, int] | None = None) -> None:
@@ -49,12 +61,13 @@ class TransactionalStore:
         self._database.rollback()
 
     def approximate_num_uncommitted_bytes(self) -> int:
-        """Key and value bytes written to this store since the last commit (0 after commit
-        or rollback); overwrites of a pending key replace its cost."""
+        """Uncommitted bytes of this store (key and value bytes plus CPython's per-record
+        cost, `txn.budget.uncommitted_cost`; 0 after commit or rollback); overwrites of a
+        pending key replace its cost."""
         self._require_open()
         return self._ks.uncommitted_bytes
 
-    def read_only(self, isolation: Any = IsolationLevel.READ_COMMITTED) -> "ReadOnlyView":
+    def read_only(self, isolation: Any = IsolationLevel.READ_COMMITTED) -> ReadOnlyView:
         """A read-only view with the same read methods, at the given isolation level."""
         self._require_open()
         return self._database.view(self, isolation)
@@ -74,7 +87,7 @@ class TransactionalKeyValueStore(TransactionalStore, RocksDBKeyValueStore):
         self,
         name: str,
         keyspace: TransactionalKeySpace,
-        database: "TransactionalDatabase",
+        database: Transaction,
         on_close: Callable[[], Any] | None = None,
     ) -> None:
         super().__init__(name, keyspace, on_close)
@@ -88,7 +101,7 @@ class TransactionalWindowStore(TransactionalStore, RocksDBWindowStore):
         self,
         name: str,
         keyspace: TransactionalKeySpace,
-        database: "TransactionalDatabase",
+        database: Transaction,
         spec: WindowSpec,
         on_close: Callable[[], Any] | None = None,
     ) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
+from spark_statestore.stores.typed import TypedKeyValueStore, TypedWindowStore
 from spark_statestore.txn.isolation import IsolationLevel
 
 KEY_VALUE_READS = frozenset(
@@ -113,8 +114,6 @@ class ReadOnlyView:
 
     def typed(self, key_serde: Any, value_serde: Any) -> Any:
         """A typed facade over the view (still read-only)."""
-        from spark_statestore.stores.typed import TypedKeyValueStore, TypedWindowStore
-
         typed = TypedWindowStore if self._allowed is WINDOW_READS else TypedKeyValueStore
         return typed(self, key_serde, value_serde)
 

@@ -20,8 +20,8 @@ from spark_statestore.spark.driver.operator import OperatorConfig
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
 from spark_statestore.spark.worker.task import TaskInfo
-from spark_statestore.stores.api import WindowStore
-from spark_statestore.stores.window_spec import Clock
+from spark_statestore.stores.spec import Clock
+from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.txn.isolation import IsolationLevel
 
 OnChanges = Callable[[str, "list[Change]"], Any]

@@ -1,0 +1,99 @@
+"""Reads over a RocksDB column family: range scans and one-seek lookups of the first and
+last key in a range, which raise for damaged data instead of ending early.
+
+rocksdict's `ReadOptions.set_iterate_lower_bound` sets an upper bound, so lower bounds
+are applied with `seek` and a check in Python.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import rocksdict
+
+from spark_statestore.stores.damage import storage_error
+
+
+def scan_column_family(
+    cf: rocksdict.Rdict, lo: bytes | None, hi: bytes | None, reverse: bool
+) -> Iterator[tuple[bytes, bytes]]:
+    opts = rocksdict.ReadOptions()
+    if hi is not None:
+        opts.set_iterate_upper_bound(hi)
+    last: bytes | None = None
+    if not reverse:
+        items = cf.items(read_opt=opts) if lo is None else cf.items(from_key=lo, read_opt=opts)
+        for item in items:
+            last = item[0]
+            yield item
+    else:
+        for item in cf.items(backwards=True, read_opt=opts):
+            if lo is not None and item[0] < lo:
+                return
+            last = item[0]
+            yield item
+    _check_scan_end(cf, opts, lo, hi, last, reverse)
+
+
+def _check_scan_end(
+    cf: rocksdict.Rdict, opts: rocksdict.ReadOptions, lo: bytes | None, hi: bytes | None,
+    last: bytes | None, reverse: bool,
+) -> None:
+    """rocksdict's item iterators end silently where RocksDB hit damaged data: look once
+    more from where the scan ended, and raise if RocksDB reports an error there."""
+    it = cf.iter(opts)
+    try:
+        if not reverse:
+            if last is None:
+                it.seek_to_first() if lo is None else it.seek(lo)
+            else:
+                it.seek(last)
+                if it.valid():
+                    it.next()
+        elif last is None:
+            it.seek_to_last() if hi is None else it.seek_for_prev(hi)
+        else:
+            it.seek_for_prev(last)
+            if it.valid():
+                it.prev()
+        if not it.valid():
+            it.status()
+    except Exception as e:
+        raise storage_error(e) from None
+
+
+def _checked_position(it: rocksdict.RdictIter) -> bool:
+    """Whether the iterator points at an entry; an invalid one is checked for errors."""
+    if it.valid():
+        return True
+    try:
+        it.status()
+    except Exception as e:
+        raise storage_error(e) from None
+    return False
+
+
+def first_in(cf: rocksdict.Rdict, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
+    """The first pair with `lo <= key < hi`, by one seek."""
+    it = cf.iter()
+    it.seek(lo)
+    if not _checked_position(it):
+        return None
+    key = it.key()
+    if hi is not None and key >= hi:
+        return None
+    return key, it.value()
+
+
+def last_in(cf: rocksdict.Rdict, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
+    """The last pair with `lo <= key < hi`, by one seek."""
+    it = cf.iter()
+    it.seek_for_prev(hi)
+    if it.valid() and it.key() >= hi:
+        it.prev()
+    if not _checked_position(it):
+        return None
+    key = it.key()
+    if lo is not None and key < lo:
+        return None
+    return key, it.value()

@@ -1,0 +1,239 @@
+"""`StoreSpec`: the one description of a store, validated once and recorded durably.
+
+A spec holds what defines a store's data: its name, its kind, the identities of the
+serdes its keys and values are written with (so that a reader can decode the state
+without the processor, and a query cannot reopen the state with a different
+declaration) and, for a window store, its `WindowSpec`. Whether the store is cached is a
+runtime choice, kept in the spec but never recorded.
+
+Two records are derived from a spec, and both must stay byte-compatible with the files
+and databases already written: `as_dict` (the partition layout and changelog headers;
+`from_dict` reads it back, checking every field) and `store_record` (what a RocksDB
+database records for the store's column family, see `RocksDatabase.register_store`).
+A new optional field is a dataclass field with a default that `as_dict` writes only
+when it is set and `from_dict` reads with that default, so older records still read
+and records without it stay the same bytes.
+
+`Clock` says what advances a window store's observed stream time: `RECORDS` (KIP-428:
+every put, up to its window start) or `EXTERNAL` (only `advance_stream_time`, for
+callers that own the clock, such as Spark's watermark: records then never expire each
+other in the order they happen to be processed).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from spark_statestore.serde import check_identity
+from spark_statestore.stores.names import check_store_name
+from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, to_millis
+
+KEY_VALUE = "key_value"
+WINDOW = "window"
+
+
+class Clock(enum.Enum):
+    """What advances a window store's stream time (see module docstring)."""
+
+    RECORDS = "records"
+    EXTERNAL = "external"
+
+    @classmethod
+    def parse(cls, value: Any, name: str = "clock") -> "Clock":
+        """A `Clock` from itself or its value (`"records"`, `"external"`)."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls(value.strip().lower())
+            except ValueError:
+                pass
+        choices = ", ".join(repr(c.value) for c in cls)
+        raise ValueError(f"{name} must be one of {choices}, got {describe(value)}")
+
+
+def default_segment_interval(retention_period: int) -> int:
+    """Kafka Streams' default: half the retention period, at least one minute."""
+    return max(retention_period // 2, 60_000)
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """The window part of a store's description: retention, window size, duplicates,
+    segment interval and clock. Every window store (in-memory, RocksDB, caching, views)
+    takes one, so the parameters are checked in one place, in the order and with the
+    messages API.md gives.
+
+    A record is live while `window_start > observed_stream_time - retention_period`.
+    `segment_interval` (RocksDB stores) is how much expired data one range deletion drops.
+    """
+
+    retention_period: int
+    window_size: int
+    retain_duplicates: bool = False
+    segment_interval: int | None = None
+    clock: Clock = Clock.RECORDS
+
+    @classmethod
+    def of(
+        cls,
+        name: Any,
+        retention_period: Any,
+        window_size: Any,
+        retain_duplicates: Any = False,
+        segment_interval: Any = None,
+        clock: Any = Clock.RECORDS,
+    ) -> "WindowSpec":
+        """A checked spec for the store `name` (durations: int ms or `timedelta`)."""
+        if name is None:
+            raise TypeError("name cannot be None")
+        name = check_name(name)
+        retention = to_millis(retention_period, "retention_period")
+        if retention < 0:
+            raise ValueError("retention_period cannot be negative")
+        if retention > MAX_TIME:
+            raise ValueError(f"retention_period must be at most {MAX_TIME} ms, got {retention}")
+        size = to_millis(window_size, "window_size")
+        if size < 0:
+            raise ValueError("window_size cannot be negative")
+        if size > retention:
+            raise ValueError(
+                f"The retention period of the window store {name} must be no smaller than its "
+                f"window size. Got size=[{size}], retention=[{retention}]"
+            )
+        if not isinstance(retain_duplicates, bool):
+            raise TypeError(f"retain_duplicates must be a bool, got {describe(retain_duplicates)}")
+        if segment_interval is not None:
+            segment_interval = check_int(to_millis(segment_interval, "segment_interval"), "segment_interval", 1)
+            if segment_interval > MAX_TIME:
+                raise ValueError(f"segment_interval must be at most {MAX_TIME} ms, got {segment_interval}")
+        return cls(retention, size, retain_duplicates, segment_interval, Clock.parse(clock))
+
+    @property
+    def segment(self) -> int:
+        """The segment interval in use (the default when none was given)."""
+        return self.segment_interval or default_segment_interval(self.retention_period)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-able form (for durable metadata)."""
+        return {
+            "retention_period": self.retention_period,
+            "window_size": self.window_size,
+            "retain_duplicates": self.retain_duplicates,
+            "segment_interval": self.segment_interval,
+            "clock": self.clock.value,
+        }
+
+    @staticmethod
+    def from_dict(name: str, window: Any) -> "WindowSpec":
+        """The window parameters of store `name` recorded as `window` (every field checked)."""
+        if not isinstance(window, dict):
+            raise TypeError(f"the window parameters of store {name!r} must be an object, got {describe(window)}")
+        return WindowSpec.of(
+            name,
+            _recorded_int(window.get("retention_period"), "retention_period"),
+            _recorded_int(window.get("window_size"), "window_size"),
+            window.get("retain_duplicates"),
+            window.get("segment_interval"),
+            window.get("clock", Clock.RECORDS.value),
+        )
+
+
+def _recorded_int(value: Any, name: str) -> int:
+    """A duration recorded as int milliseconds (not a bool, a float or a string)."""
+    if type(value) is not int:
+        raise TypeError(f"{name} must be recorded as int milliseconds, got {describe(value)}")
+    return value
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """A store: build with `StoreSpec.key_value` or `StoreSpec.window` (checked), or read
+    one back with `StoreSpec.from_dict`."""
+
+    name: str
+    window_spec: WindowSpec | None = None  # the window part: None for a key-value store
+    cached: bool = True
+    key_serde: str = "bytes"
+    value_serde: str = "bytes"
+
+    @property
+    def kind(self) -> str:
+        """`KEY_VALUE` or `WINDOW`."""
+        return KEY_VALUE if self.window_spec is None else WINDOW
+
+    @staticmethod
+    def key_value(name: str, cached: bool = True, key_serde: str = "bytes", value_serde: str = "bytes") -> "StoreSpec":
+        return StoreSpec(
+            check_store_name(name),
+            None,
+            check_bool(cached, "cached"),
+            check_identity(key_serde, "key_serde"),
+            check_identity(value_serde, "value_serde"),
+        )
+
+    @staticmethod
+    def window(
+        name: str,
+        retention_period: Any,
+        window_size: Any,
+        retain_duplicates: bool = False,
+        segment_interval: Any = None,
+        cached: bool = True,
+        clock: Clock | str = Clock.RECORDS,
+        key_serde: str = "bytes",
+        value_serde: str = "bytes",
+    ) -> "StoreSpec":
+        """A window store (a store that retains duplicates is never cached)."""
+        window = WindowSpec.of(name, retention_period, window_size, retain_duplicates, segment_interval, clock)
+        return StoreSpec(
+            check_store_name(name),
+            window,
+            check_bool(cached, "cached") and not window.retain_duplicates,
+            check_identity(key_serde, "key_serde"),
+            check_identity(value_serde, "value_serde"),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """What defines the store's data (not its name, the key it is recorded under, nor
+        whether it is cached), JSON-able."""
+        out: dict[str, Any] = {"kind": self.kind, "key_serde": self.key_serde, "value_serde": self.value_serde}
+        if self.window_spec is not None:
+            out["window"] = self.window_spec.as_dict()
+        return out
+
+    @staticmethod
+    def from_dict(name: str, data: Any) -> "StoreSpec":
+        """The spec recorded as `data` (from a durable file: every field is checked;
+        TypeError/ValueError name what is wrong)."""
+        if not isinstance(data, dict):
+            raise TypeError(f"store {name!r} must be recorded as an object, got {describe(data)}")
+        kind, window = data.get("kind"), data.get("window")
+        if kind not in (KEY_VALUE, WINDOW):
+            raise ValueError(f"store {name!r} has kind {kind!r}; known kinds: {KEY_VALUE!r}, {WINDOW!r}")
+        if (kind == WINDOW) != (window is not None):
+            raise ValueError(f"store {name!r} of kind {kind!r} has window parameters {window!r}")
+        window_spec = None if window is None else WindowSpec.from_dict(name, window)
+        return StoreSpec(
+            check_store_name(name),
+            window_spec,
+            True,
+            check_identity(data.get("key_serde", "bytes"), "key_serde"),
+            check_identity(data.get("value_serde", "bytes"), "value_serde"),
+        )
+
+    def store_record(self) -> dict[str, Any]:
+        """What a RocksDB database records for the store's column family: what its bytes
+        mean to the store code (the serdes are the layout's to check)."""
+        window = self.window_spec
+        if window is None:
+            return {"kind": self.kind}
+        return {
+            "kind": self.kind,
+            "retain_duplicates": window.retain_duplicates,
+            "window_size": window.window_size,
+            # a longer retention would bring back expired records not yet deleted
+            "retention_period": window.retention_period,
+        }

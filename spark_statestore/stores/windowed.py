@@ -1,0 +1,26 @@
+"""What window stores return: a time `Window` and a key together with its window."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from spark_statestore.validation import MAX_TIME
+
+
+class Window(NamedTuple):
+    """A time window: `start` inclusive, `end` = start + window size (clamped to 2**63-1)."""
+
+    start: int
+    end: int
+
+
+class Windowed(NamedTuple):
+    """A key together with the window its value belongs to."""
+
+    key: Any
+    window: Window
+
+
+def window_of(start: int, size: int) -> Window:
+    end = start + size
+    return Window(start, end if end <= MAX_TIME else MAX_TIME)
