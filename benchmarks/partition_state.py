@@ -32,15 +32,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import print_table  # noqa: E402
 
 from spark_statestore.checkpoint.changelog import Changelog  # noqa: E402
-from spark_statestore.partition import PartitionState, StoreSpec  # noqa: E402
+from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources  # noqa: E402
 from spark_statestore.txn import TransactionalDatabase  # noqa: E402
 from spark_statestore.stores.rocksdb import RocksDatabase  # noqa: E402
 
 SPECS = [StoreSpec.key_value("state", cached=False)]
 
 
-def _state(checkpoint: str, local: str, **kwargs) -> PartitionState:
-    return PartitionState(checkpoint, 0, SPECS, local_dir=local, **kwargs)
+def _state(checkpoint: str, local: str, **options) -> PartitionState:
+    return PartitionState(checkpoint, 0, SPECS, WorkerResources(local), PartitionOptions(**options))
 
 
 def _key(i: int) -> bytes:

@@ -22,7 +22,7 @@ import pytest
 from spark_statestore import CorruptStateError, MissingStateError
 from spark_statestore.checkpoint.changelog import Changelog, ChangelogWriter
 from spark_statestore.checkpoint.records import RANGES
-from spark_statestore.partition import PartitionState, StoreSpec
+from spark_statestore.partition import PartitionState, StoreSpec, WorkerResources
 from spark_statestore.serde import Serde, serde_for
 from spark_statestore.spark.reader import column_for
 from spark_statestore.txn import TransactionalDatabase
@@ -68,14 +68,14 @@ def test_a_changelog_of_another_partition_is_refused(tmp_path):
     os.makedirs(checkpoint)
     specs = [StoreSpec.key_value("kv")]
     for partition in (0, 1):
-        state = PartitionState(checkpoint, partition, specs, local_dir=str(tmp_path / "writer"))
+        state = PartitionState(checkpoint, partition, specs, WorkerResources(str(tmp_path / "writer")))
         state.open(0)
         state.store("kv").put(b"owner", b"partition-%d" % partition)
         state.prepare()
         state.close()
     root = os.path.join(checkpoint, "statestore")
     shutil.copy(os.path.join(root, "1", "0.changelog"), os.path.join(root, "0", "0.changelog"))
-    state = PartitionState(checkpoint, 0, specs, local_dir=str(tmp_path / "new-executor"))
+    state = PartitionState(checkpoint, 0, specs, WorkerResources(str(tmp_path / "new-executor")))
     with pytest.raises(REFUSED, match=r"0\.changelog.*belongs to partition 1, not to partition 0"):
         state.open(1)
 
