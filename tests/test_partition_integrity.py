@@ -13,7 +13,7 @@ import pytest
 
 import partition_workload as wl
 from spark_statestore import MissingStateError, Serdes, Stores, ThreadCache
-from spark_statestore.checkpoint.snapshots import snapshot_versions
+from spark_statestore.checkpoint.names import snapshot_versions
 from spark_statestore.faults import injected
 from spark_statestore.partition import LayoutMismatchError, PartitionOptions, PartitionState, StoreSpec, WorkerResources
 from spark_statestore.txn import TransactionalDatabase

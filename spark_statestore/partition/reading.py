@@ -21,7 +21,14 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer, follow_chain
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
-from spark_statestore.checkpoint.snapshots import changelog_name, changelog_versions, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.names import (
+    changelog_name,
+    changelog_versions,
+    commits_dir,
+    list_changelogs,
+    partition_dir,
+    snapshot_versions,
+)
 from spark_statestore.errors import MissingStateError, StateStoreError
 from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
@@ -74,12 +81,12 @@ class StateLocation:
 
     def durable(self, partition: int) -> DurableDir:
         fs, root = resolve_location(self.location, self.filesystem)
-        return DurableDir(fs, f"{root}/statestore/{partition}")
+        return DurableDir(fs, partition_dir(root, partition))
 
     def committed_batch(self) -> int | None:
         """The newest batch Spark's commit log holds (None: nothing committed yet)."""
         fs, root = resolve_location(self.location, self.filesystem)
-        selector = pafs.FileSelector(f"{root}/commits", allow_not_found=True)
+        selector = pafs.FileSelector(commits_dir(root), allow_not_found=True)
         batches = [int(i.base_name) for i in fs.get_file_info(selector) if _BATCH_FILE.match(i.base_name)]
         return max(batches, default=None)
 

@@ -45,14 +45,8 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_id, follow_chain
 from spark_statestore.checkpoint.filesystem import DurableDir
-from spark_statestore.checkpoint.snapshots import (
-    changelog_name,
-    list_changelogs,
-    manifest_name,
-    read_manifest,
-    restore_snapshot,
-    snapshot_versions,
-)
+from spark_statestore.checkpoint.names import changelog_name, list_changelogs, manifest_name, snapshot_versions
+from spark_statestore.checkpoint.snapshots import read_manifest, restore_snapshot
 from spark_statestore.errors import CorruptStateError, MissingStateError
 from spark_statestore.faults import fault_point
 from spark_statestore.partition.layout import Layout
@@ -281,7 +275,7 @@ class Recovery:
                 )
             changelog = self._changelog(version)
             where = f"changelog {self.durable.uri(self._name(version))}"
-            recorded = changelog.header.get("layout")
+            recorded = changelog.header.layout
             declared = set(self.layout.names)
             if recorded is not None:
                 recorded_layout = Layout.from_dict(recorded, where)

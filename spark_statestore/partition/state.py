@@ -36,7 +36,9 @@ import pyarrow.fs as pafs
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.wrapping import cached
 from spark_statestore.checkpoint.changelog import ChangelogWriter, publish_changelog
+from spark_statestore.checkpoint.changelog_header import ChangelogHeader
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.names import commit_name, commits_dir, partition_dir
 from spark_statestore.errors import AttemptSupersededError, StateStoreError
 from spark_statestore.faults import fault_point
 from spark_statestore.partition.layout import Layout
@@ -94,8 +96,8 @@ class PartitionState:
             raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
         self.checkpoint_location = checkpoint_location
         fs, root = resolve_location(checkpoint_location, filesystem)
-        self.durable = DurableDir(fs, f"{root}/statestore/{self.partition}")
-        self._commit_log = DurableDir(fs, f"{root}/commits")  # Spark's: which batches the driver committed
+        self.durable = DurableDir(fs, partition_dir(root, self.partition))
+        self._commit_log = DurableDir(fs, commits_dir(root))  # Spark's: which batches the driver committed
         self.local = LocalPartitionDir(resources.local_dir, checkpoint_location, self.partition)
         self.cache = resources.cache
         self.on_changes = on_changes
@@ -304,24 +306,19 @@ class PartitionState:
         os.makedirs(self.local.changelog_dir, exist_ok=True)
         path = self.local.changelog(version)
         temp = path + ".tmp"
-        header = {
-            "partition": self.partition,
-            "version": version,
-            "base_version": self.committed.version,
-            "base_id": self.committed.id,
-            "stores": list(db.stores),
-            "layout": self.layout.as_dict(),
-        }
+        header = ChangelogHeader(
+            self.partition, version, self.committed.version, self.committed.id, tuple(db.stores), self.layout.as_dict()
+        )
         with open(temp, "wb") as out:
             writer = ChangelogWriter(out, header)
             db.write_changes(writer)
             prepared = VersionId(version, writer.finish())
         os.replace(temp, path)
         fault_point("prepare:after-local-write")
-        if self._commit_log.exists(str(version)):
+        if self._commit_log.exists(commit_name(version)):
             raise AttemptSupersededError(
                 f"batch {version} of partition {self.partition} was already committed by another attempt "
-                f"({self._commit_log.uri(str(version))} exists): this attempt's changes are discarded"
+                f"({self._commit_log.uri(commit_name(version))} exists): this attempt's changes are discarded"
             )
         info = publish_changelog(self.durable, version, path, prepared.id, self.local.changelog_dir)
         fault_point("prepare:after-publish")
