@@ -30,7 +30,13 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from common import print_table  # noqa: E402
 
 from spark_statestore import Serdes  # noqa: E402
-from spark_statestore.partition import Layout, PartitionOptions, PartitionState, WorkerResources, record_query_layout  # noqa: E402
+from spark_statestore.partition import (  # noqa: E402
+    Layout,
+    PartitionOptions,
+    PartitionState,
+    WorkerResources,
+    record_query_layout,
+)
 from spark_statestore.spark import KeyValue, register_reader  # noqa: E402
 
 STORE = KeyValue("totals", Serdes.string(), Serdes.int64())

@@ -21,7 +21,9 @@ def test_names_made_parse_back(version):
     assert names.is_shared_file(names.shared_file_name("ab" * 32, 12))
 
 
-@pytest.mark.parametrize("name", ["007.changelog", "².changelog", "1a.changelog", "-1.changelog", "notes.txt", "3.manifest"])
+@pytest.mark.parametrize(
+    "name", ["007.changelog", "².changelog", "1a.changelog", "-1.changelog", "notes.txt", "3.manifest"]
+)
 def test_names_this_package_does_not_write_are_not_changelogs(name):
     assert names.changelog_version(name) is None
     assert names.aside_version_and_id(name) is None

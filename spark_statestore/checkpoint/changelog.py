@@ -31,7 +31,7 @@ import os
 import struct
 import zlib
 from itertools import repeat
-from typing import BinaryIO, Iterator, Sequence
+from typing import BinaryIO, Container, Iterator, Sequence
 
 from spark_statestore.checkpoint.changelog_header import ChangelogHeader, parse_base_id
 from spark_statestore.checkpoint.filesystem import DurableDir
@@ -205,7 +205,7 @@ def publish_changelog(durable: DurableDir, version: int, local_path: str, ident:
 
 
 def follow_chain(
-    durable: DurableDir, changelogs: dict[int, object], asides: dict[int, set[int]], head: int
+    durable: DurableDir, changelogs: Container[int], asides: dict[int, set[int]], head: int
 ) -> dict[int, tuple[str, int]]:
     """The file and id of each version below `head` whose set-aside changelog, rather than
     its `N.changelog`, is the one the next version builds on (every other version: its

@@ -40,7 +40,7 @@ class ChangelogHeader:
         return json.dumps(fields, sort_keys=True).encode("utf-8")
 
     @staticmethod
-    def parse(raw: bytes, where: str) -> "ChangelogHeader":
+    def parse(raw: bytes, where: str) -> ChangelogHeader:
         """The header `raw` of the changelog `where`, every field checked; anything else is
         `CorruptStateError` naming `where` and the field."""
         data = _load(raw, where)
@@ -53,7 +53,12 @@ class ChangelogHeader:
             if type(data.get(key)) is not int:
                 raise CorruptStateError(f"{where} has no valid {key} in its header")
         return ChangelogHeader(
-            data.get("partition"), data["version"], data["base_version"], data["base_id"], tuple(stores), data.get("layout")
+            data.get("partition"),
+            data["version"],
+            data["base_version"],
+            data["base_id"],
+            tuple(stores),
+            data.get("layout"),
         )
 
 

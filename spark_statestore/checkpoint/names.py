@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+import pyarrow.fs as pafs
+
 from spark_statestore.checkpoint.filesystem import DurableDir
 
 STATESTORE = "statestore"
@@ -111,15 +113,15 @@ def snapshot_versions(durable: DurableDir) -> list[int]:
     return sorted(v for v in versions if v is not None)
 
 
-def changelog_versions(durable: DurableDir) -> dict[int, object]:
+def changelog_versions(durable: DurableDir) -> dict[int, pafs.FileInfo]:
     """Durable changelogs by version, with their file info (other names are ignored)."""
     return list_changelogs(durable)[0]
 
 
-def list_changelogs(durable: DurableDir) -> tuple[dict[int, object], dict[int, set[int]]]:
+def list_changelogs(durable: DurableDir) -> tuple[dict[int, pafs.FileInfo], dict[int, set[int]]]:
     """Durable changelogs by version with their file info, and the ids of the set-aside
     changelogs of each version (`aside_name`); other names are ignored."""
-    out: dict[int, object] = {}
+    out: dict[int, pafs.FileInfo] = {}
     asides: dict[int, set[int]] = {}
     for info in durable.list():
         version = changelog_version(info.base_name)
