@@ -48,7 +48,8 @@ def write_state(location: str, local: str, records: int, partitions: int) -> Non
     per = records // partitions
     for batch in range(2):
         for p in range(partitions):
-            state = PartitionState(location, p, [STORE.spec()], WorkerResources(local), PartitionOptions(partitions=partitions, snapshot_interval=1))
+            options = PartitionOptions(partitions=partitions, snapshot_interval=1)
+            state = PartitionState(location, p, [STORE.spec()], WorkerResources(local), options)
             state.open(batch)
             totals = STORE.typed(state.store("totals"))
             keys = pa.array([f"p{p}-key-{i:08d}" for i in range(per)])

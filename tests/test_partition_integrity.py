@@ -15,7 +15,13 @@ import partition_workload as wl
 from spark_statestore import MissingStateError, Serdes, Stores, ThreadCache
 from spark_statestore.checkpoint.names import snapshot_versions
 from spark_statestore.faults import injected
-from spark_statestore.partition import LayoutMismatchError, PartitionOptions, PartitionState, StoreSpec, WorkerResources
+from spark_statestore.partition import (
+    LayoutMismatchError,
+    PartitionOptions,
+    PartitionState,
+    StoreSpec,
+    WorkerResources,
+)
 from spark_statestore.txn import TransactionalDatabase
 
 
@@ -107,7 +113,8 @@ def test_a_store_declared_differently_is_refused_everywhere(dirs, tmp_path, chan
         "retain duplicates": [StoreSpec.window("s", 100, 10, retain_duplicates=True)],
     }.get(change) or CHANGES[change]
     for batch in range(5):
-        state = PartitionState(checkpoint, 0, original, WorkerResources(local), PartitionOptions(snapshot_interval=2 if snapshots else 100))
+        options = PartitionOptions(snapshot_interval=2 if snapshots else 100)
+        state = PartitionState(checkpoint, 0, original, WorkerResources(local), options)
         state.open(batch)
         store = state.store("s")
         store.put(b"k%d" % batch, b"v", batch) if window else store.put(b"k%d" % batch, b"v")
@@ -127,7 +134,8 @@ def test_a_store_declared_differently_is_refused_everywhere(dirs, tmp_path, chan
 
 
 def _attempt(checkpoint, local, batch, value, cache=None, filesystem=None):
-    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(local, cache=cache), filesystem=filesystem)
+    resources = WorkerResources(local, cache=cache)
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], resources, filesystem=filesystem)
     state.open(batch)
     state.store("kv").put(b"k", value)
     state.prepare()

@@ -237,7 +237,8 @@ def test_reading_state_on_s3(spark, s3_endpoint, bucket, tmp_path):
     expected = {}
     for batch in range(3):
         for partition in (0, 1):
-            state = PartitionState(location, partition, specs, WorkerResources(str(tmp_path / "local")), PartitionOptions(partitions=2))
+            resources, options = WorkerResources(str(tmp_path / "local")), PartitionOptions(partitions=2)
+            state = PartitionState(location, partition, specs, resources, options)
             state.open(batch)
             key = f"p{partition}-k{batch % 2}"
             expected[key] = batch
