@@ -31,7 +31,8 @@ import os
 import struct
 import zlib
 from itertools import repeat
-from typing import BinaryIO, Container, Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
+from typing import BinaryIO
 
 from spark_statestore.checkpoint.changelog_header import ChangelogHeader, parse_base_id
 from spark_statestore.checkpoint.filesystem import DurableDir
