@@ -39,8 +39,9 @@ def test_other_names_are_refused():
 
 
 def test_durable_locations():
-    assert names.partition_dir("/ck", 3) == "/ck/statestore/3"
+    assert names.statestore_dir("/ck") == "/ck/statestore" and names.partition_dir("/ck", 3) == "/ck/statestore/3"
     assert names.commits_dir("/ck") == "/ck/commits" and names.commit_name(5) == "5"
+    assert [names.number_of(n) for n in ("0", "12", "012", "_layout", "5.compact", "")] == [0, 12, None, None, None, None]
 
 
 def test_a_header_reads_back_as_written():

@@ -29,6 +29,7 @@ SNAPSHOTS = "snapshots"
 SHARED = "sst"
 
 _VERSION = r"(0|[1-9][0-9]{0,18})"
+_NUMBER = re.compile(rf"^{_VERSION}$")
 _CHANGELOG = re.compile(rf"^{_VERSION}\.changelog$")
 _ASIDE = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.changelog$")
 _MANIFEST = re.compile(rf"^{_VERSION}\.manifest$")
@@ -36,9 +37,14 @@ _SNAPSHOT_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _SHARED_FILE = re.compile(rf"^{SHARED}/[0-9a-f]{{32}}-[0-9]{{1,15}}\.sst$")
 
 
+def statestore_dir(root: str) -> str:
+    """The state's directory under the checkpoint location `root` (a directory per partition)."""
+    return f"{root}/{STATESTORE}"
+
+
 def partition_dir(root: str, partition: int) -> str:
     """The durable directory of `partition` under the checkpoint location `root`."""
-    return f"{root}/{STATESTORE}/{partition}"
+    return f"{statestore_dir(root)}/{partition}"
 
 
 def commits_dir(root: str) -> str:
@@ -77,6 +83,13 @@ def snapshot_file_name(version: int, name: str) -> str:
 def shared_file_name(sha256: str, size: int) -> str:
     """The content-addressed name of an SST file (its SHA-256 hex digest and size)."""
     return f"{SHARED}/{sha256[:32]}-{size}.sst"
+
+
+def number_of(name: str) -> int | None:
+    """The number that names a commit log file (a batch) or a partition's directory (None
+    for any other name)."""
+    match = _NUMBER.match(name)
+    return None if match is None else int(match.group(1))
 
 
 def changelog_version(name: str) -> int | None:
