@@ -79,17 +79,15 @@ def child_transaction(limit: int, rocks: int, total: int, path: str) -> dict:
 
 def child_partition(cache_bytes: int, limit: int, rocks: int, rows: int, path: str) -> dict:
     from spark_statestore import ThreadCache
-    from spark_statestore.partition import PartitionState, StoreSpec
+    from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
     from spark_statestore.stores.rocksdb import RocksMemory
 
     state = PartitionState(
         os.path.join(path, "checkpoint"),
         0,
         [StoreSpec.key_value("counts"), StoreSpec.window("windows", 600_000, 60_000)],
-        local_dir=os.path.join(path, "local"),
-        uncommitted_max_bytes=limit,
-        cache=ThreadCache(cache_bytes),
-        rocks_memory=RocksMemory(rocks),
+        WorkerResources(os.path.join(path, "local"), cache=ThreadCache(cache_bytes), rocks_memory=RocksMemory(rocks)),
+        PartitionOptions(uncommitted_max_bytes=limit),
     )
     base = _reset_peak()
     for batch in range(2):

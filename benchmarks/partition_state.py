@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import random
 import shutil
@@ -32,15 +31,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import print_table  # noqa: E402
 
 from spark_statestore.checkpoint.changelog import Changelog  # noqa: E402
-from spark_statestore.partition import PartitionState, StoreSpec  # noqa: E402
+from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources  # noqa: E402
 from spark_statestore.txn import TransactionalDatabase  # noqa: E402
 from spark_statestore.stores.rocksdb import RocksDatabase  # noqa: E402
 
 SPECS = [StoreSpec.key_value("state", cached=False)]
 
 
-def _state(checkpoint: str, local: str, **kwargs) -> PartitionState:
-    return PartitionState(checkpoint, 0, SPECS, local_dir=local, **kwargs)
+def _state(checkpoint: str, local: str, **options) -> PartitionState:
+    return PartitionState(checkpoint, 0, SPECS, WorkerResources(local), PartitionOptions(**options))
 
 
 def _key(i: int) -> bytes:
@@ -125,7 +124,7 @@ def _as_format_2(path: str, out_path: str) -> None:
     body = [record.pack(2, index[s], len(lo), len(hi)) + lo + hi for s, spans in changelog.ranges().items() for lo, hi in spans]
     body += [record.pack(1 if v is not None else 0, index[s], len(k), len(v or b"")) + k + (v or b"")
              for s, k, v in changelog.entries()]
-    raw = json.dumps(changelog.header, sort_keys=True).encode()
+    raw = changelog.header.to_json()
     head = struct.pack(">4sHI", b"SSCL", 2, len(raw)) + raw + b"".join(body)
     ident = int.from_bytes(hashlib.blake2b(head, digest_size=8).digest(), "big") & ((1 << 63) - 1) or 1
     end = struct.pack(">4sQQ", b"END!", len(body), ident)

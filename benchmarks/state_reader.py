@@ -30,7 +30,13 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from common import print_table  # noqa: E402
 
 from spark_statestore import Serdes  # noqa: E402
-from spark_statestore.partition import Layout, PartitionState, record_query_layout  # noqa: E402
+from spark_statestore.partition import (  # noqa: E402
+    Layout,
+    PartitionOptions,
+    PartitionState,
+    WorkerResources,
+    record_query_layout,
+)
 from spark_statestore.spark import KeyValue, register_reader  # noqa: E402
 
 STORE = KeyValue("totals", Serdes.string(), Serdes.int64())
@@ -42,7 +48,8 @@ def write_state(location: str, local: str, records: int, partitions: int) -> Non
     per = records // partitions
     for batch in range(2):
         for p in range(partitions):
-            state = PartitionState(location, p, [STORE.spec()], local_dir=local, partitions=partitions, snapshot_interval=1)
+            options = PartitionOptions(partitions=partitions, snapshot_interval=1)
+            state = PartitionState(location, p, [STORE.spec()], WorkerResources(local), options)
             state.open(batch)
             totals = STORE.typed(state.store("totals"))
             keys = pa.array([f"p{p}-key-{i:08d}" for i in range(per)])

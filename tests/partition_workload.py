@@ -19,9 +19,10 @@ import argparse
 import os
 import random
 import time
+from typing import Any
 
 from spark_statestore import Stores, ThreadCache
-from spark_statestore.partition import PartitionState, StoreSpec
+from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
 from spark_statestore.partition.open_copies import OpenCopies
 from txn_workload import apply_ops, state_of
 
@@ -69,9 +70,20 @@ def last_committed(checkpoint: str) -> int:
     return int(lines[-1]) if lines else -1
 
 
-def partition_state(checkpoint: str, local_dir: str, partition: int = 0, **kwargs) -> PartitionState:
-    kwargs.setdefault("retention_grace_seconds", 0)
-    return PartitionState(checkpoint, partition, SPECS, local_dir=local_dir, **kwargs)
+def partition_state(
+    checkpoint: str,
+    local_dir: str,
+    partition: int = 0,
+    *,
+    cache: ThreadCache | None = None,
+    open_copies: OpenCopies | None = None,
+    filesystem: Any = None,
+    **options: Any,
+) -> PartitionState:
+    """The workload's partition state; `options`: `PartitionOptions` fields."""
+    options.setdefault("retention_grace_seconds", 0)
+    resources = WorkerResources(local_dir, cache=cache, open_copies=open_copies)
+    return PartitionState(checkpoint, partition, SPECS, resources, PartitionOptions(**options), filesystem=filesystem)
 
 
 def run_batch(state: PartitionState, seed: int, batch: int, checkpoint: str) -> None:

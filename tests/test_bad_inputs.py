@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import pyarrow.fs as pafs
@@ -19,7 +20,15 @@ import pytest
 
 import partition_workload as wl
 from spark_statestore import CorruptStateError, Serdes, Stores, ThreadCache, TransactionalDatabase
-from spark_statestore.partition import Layout, PartitionState, StoreSpec, read_query_layout, record_query_layout
+from spark_statestore.partition import (
+    Layout,
+    PartitionOptions,
+    PartitionState,
+    StoreSpec,
+    WorkerResources,
+    read_query_layout,
+    record_query_layout,
+)
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.reading import StateLocation
 from spark_statestore.serde import serde_for
@@ -389,13 +398,38 @@ def test_an_unreadable_store_record_is_corrupt_state(tmp_path):
     ({"rocks_memory": "x"}, TypeError, r"rocks_memory must be a RocksMemory or None, got str: 'x'"),
     ({"cache": 1}, TypeError, r"cache must be a ThreadCache or None, got int: 1"),
     ({"every_batch": "no"}, TypeError, r"every_batch must be True or False, got str: 'no'"),
+    ({"open_copies": "yes"}, TypeError, r"open_copies must be a OpenCopies or None, got str: 'yes'"),
+    ({"snapshot_interval": 0}, ValueError, r"snapshot_interval must be at least 1, got 0"),
+    ({"min_batches_to_retain": 0}, ValueError, r"min_batches_to_retain must be at least 1, got 0"),
+    ({"uncommitted_max_bytes": -2}, ValueError, r"uncommitted_max_bytes must be at least -1, got -2"),
+    ({"lock_timeout": -1}, ValueError, r"lock_timeout must be at least 0 seconds, got -1"),
+    ({"retention_grace_seconds": "x"}, TypeError, r"retention_grace_seconds must be a number of seconds, got str"),
+    ({"apply_chunk_bytes": 0}, ValueError, r"apply_chunk_bytes must be at least 1, got 0"),
+    ({"partitions": 0}, ValueError, r"partitions must be at least 1, got 0"),
+    ({"on_changes": 5}, TypeError, r"on_changes must be callable or None, got int"),
 ])
 def test_partition_state_arguments(partition_checkpoint, change, error, match):
     checkpoint, local = partition_checkpoint
-    kwargs = {"stores": wl.SPECS, "local_dir": local, **change}
-    stores = kwargs.pop("stores")
+    arguments = {"stores": wl.SPECS, "local_dir": local, **change}
+    resources = {f.name: arguments.pop(f.name) for f in fields(WorkerResources) if f.name in arguments}
+    options = {f.name: arguments.pop(f.name) for f in fields(PartitionOptions) if f.name in arguments}
+    stores = arguments.pop("stores")
     with pytest.raises(error, match=match):
-        PartitionState(checkpoint, 0, stores, **kwargs)
+        PartitionState(checkpoint, 0, stores, WorkerResources(**resources), PartitionOptions(**options), **arguments)
+    assert wl.read_state(checkpoint, local) == wl.expected(1, 2)
+
+
+@pytest.mark.parametrize("resources, options, match", [
+    ("local", None, r"resources must be a WorkerResources, got str: 'local'"),
+    (None, None, r"resources must be a WorkerResources, got NoneType: None"),
+    ("resources", {"snapshot_interval": 3}, r"options must be a PartitionOptions or None, got dict"),
+])
+def test_partition_state_takes_its_resources_and_options_as_objects(partition_checkpoint, resources, options, match):
+    checkpoint, local = partition_checkpoint
+    if resources == "resources":
+        resources = WorkerResources(local)
+    with pytest.raises(TypeError, match=match):
+        PartitionState(checkpoint, 0, wl.SPECS, resources, options)
     assert wl.read_state(checkpoint, local) == wl.expected(1, 2)
 
 

@@ -6,7 +6,6 @@ format, with valid checksums and ids, are refused naming the file."""
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import struct
 import zlib
@@ -15,9 +14,10 @@ import pytest
 
 from spark_statestore import CorruptStateError
 from spark_statestore.checkpoint.changelog import Changelog, ChangelogWriter
+from spark_statestore.checkpoint.changelog_header import ChangelogHeader
 from spark_statestore.checkpoint.records import DELETED, MAX_BLOCK_BYTES, MAX_BLOCK_RECORDS
 
-HEADER = {"partition": 0, "version": 7, "base_version": 6, "base_id": 0, "stores": ["a", "b"], "layout": {}}
+HEADER = ChangelogHeader(partition=0, version=7, base_version=6, base_id=0, stores=("a", "b"), layout={})
 BLOCK = struct.Struct(">BHIII")
 RECORD_V2 = struct.Struct(">BHII")
 
@@ -122,7 +122,7 @@ def test_a_file_that_shrinks_after_it_was_verified_is_refused_not_read_forever(t
 def _file(path, fmt: int, body: bytes, records: int) -> str:
     """A changelog of format `fmt` around `body`, its trailer counting `records`, with a
     valid checksum and id: only the body is wrong."""
-    raw = json.dumps(HEADER, sort_keys=True).encode()
+    raw = HEADER.to_json()
     head = struct.pack(">4sHI", b"SSCL", fmt, len(raw)) + raw + body
     ident = int.from_bytes(hashlib.blake2b(head, digest_size=8).digest(), "big") & ((1 << 63) - 1) or 1
     end = struct.pack(">4sQQ", b"END!", records, ident)

@@ -11,7 +11,7 @@ import pytest
 
 import partition_workload as wl
 from spark_statestore import CorruptStateError
-from spark_statestore.partition import PartitionState, StoreSpec
+from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
 from spark_statestore.txn import TransactionalDatabase
 
 ROWS = 20_000
@@ -89,7 +89,7 @@ def test_a_damaged_local_copy_is_rebuilt_from_the_durable_state(tmp_path):
     os.makedirs(checkpoint)
     kwargs = dict(snapshot_interval=3)
     _batches(checkpoint, local, range(8), **kwargs)
-    state = PartitionState(checkpoint, 0, SPECS, local_dir=local, **kwargs)
+    state = PartitionState(checkpoint, 0, SPECS, WorkerResources(local), PartitionOptions(**kwargs))
     _flip_a_bit_in_the_largest_sst(state.local.db_path)
     state.open(8)
     with pytest.raises(CorruptStateError, match=r"\.sst"):
@@ -105,14 +105,14 @@ def test_a_snapshot_never_uploads_a_damaged_file(tmp_path):
     checkpoint, local = str(tmp_path / "ck"), str(tmp_path / "local")
     os.makedirs(checkpoint)
     _batches(checkpoint, local, range(4), snapshot_interval=100)
-    state = PartitionState(checkpoint, 0, SPECS, local_dir=local, snapshot_interval=3)
+    state = PartitionState(checkpoint, 0, SPECS, WorkerResources(local), PartitionOptions(snapshot_interval=3))
     _flip_a_bit_in_the_largest_sst(state.local.db_path)
     state.open(4)  # a snapshot of version 3 is due: taken, verified, refused
     state.close()
     with pytest.raises(CorruptStateError, match="cannot read"):
         state.wait_for_snapshots()
     assert not glob.glob(os.path.join(checkpoint, "statestore", "0", "snapshots", "*.manifest"))
-    fresh = PartitionState(checkpoint, 0, SPECS, local_dir=str(tmp_path / "fresh"))
+    fresh = PartitionState(checkpoint, 0, SPECS, WorkerResources(str(tmp_path / "fresh")))
     fresh.open(4)
     assert dict(fresh.store("kv").all()) == _expected(4)
     fresh.close()

@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import partition_workload as wl
@@ -21,8 +22,9 @@ import pytest
 
 from spark_statestore import CorruptStateError, MissingStateError
 from spark_statestore.checkpoint.changelog import Changelog, ChangelogWriter
+from spark_statestore.checkpoint.changelog_header import ChangelogHeader
 from spark_statestore.checkpoint.records import RANGES
-from spark_statestore.partition import PartitionState, StoreSpec
+from spark_statestore.partition import PartitionState, StoreSpec, WorkerResources
 from spark_statestore.serde import Serde, serde_for
 from spark_statestore.spark.reader import column_for
 from spark_statestore.txn import TransactionalDatabase
@@ -40,7 +42,7 @@ def written(tmp_path):
     return checkpoint, path, Path(path).read_bytes()
 
 
-def rewrite(path: str, header: dict, extra: list[tuple], first: list[tuple] = ()) -> None:
+def rewrite(path: str, header: ChangelogHeader, extra: list[tuple], first: list[tuple] = ()) -> None:
     """Write changelog `path` again with `header`: `first` range deletions, its own records,
     then `extra` (store, key, value) records, with a valid checksum and id."""
     original = list(Changelog(path, 3).entries())
@@ -68,14 +70,14 @@ def test_a_changelog_of_another_partition_is_refused(tmp_path):
     os.makedirs(checkpoint)
     specs = [StoreSpec.key_value("kv")]
     for partition in (0, 1):
-        state = PartitionState(checkpoint, partition, specs, local_dir=str(tmp_path / "writer"))
+        state = PartitionState(checkpoint, partition, specs, WorkerResources(str(tmp_path / "writer")))
         state.open(0)
         state.store("kv").put(b"owner", b"partition-%d" % partition)
         state.prepare()
         state.close()
     root = os.path.join(checkpoint, "statestore")
     shutil.copy(os.path.join(root, "1", "0.changelog"), os.path.join(root, "0", "0.changelog"))
-    state = PartitionState(checkpoint, 0, specs, local_dir=str(tmp_path / "new-executor"))
+    state = PartitionState(checkpoint, 0, specs, WorkerResources(str(tmp_path / "new-executor")))
     with pytest.raises(REFUSED, match=r"0\.changelog.*belongs to partition 1, not to partition 0"):
         state.open(1)
 
@@ -84,20 +86,20 @@ def test_a_changelog_of_another_partition_is_refused(tmp_path):
 def test_records_of_an_undeclared_or_reserved_store_are_refused(written, tmp_path, store):
     checkpoint, path, good = written
     header = Changelog(path, 3).header
-    rewrite(path, dict(header, stores=header["stores"] + [store]), [(store, b"txn:commit-marker", b"{not json")])
+    rewrite(path, replace(header, stores=header.stores + (store,)), [(store, b"txn:commit-marker", b"{not json")])
     expect_refused_then_restored(checkpoint, path, good, tmp_path, rf"3\.changelog.*stores \['{store}'\]")
 
 
 def test_a_reserved_store_in_the_changelogs_own_layout_is_still_refused(written, tmp_path):
     checkpoint, path, good = written
     header = Changelog(path, 3).header
-    layout = json.loads(json.dumps(header["layout"]))
+    layout = json.loads(json.dumps(header.layout))
     stores = layout["stores"]
     if isinstance(stores, dict):
         stores["__meta__"] = stores["kv"]
     else:
         stores.append(dict(next(s for s in stores if s["name"] == "kv"), name="__meta__"))
-    crafted = dict(header, stores=header["stores"] + ["__meta__"], layout=layout)
+    crafted = replace(header, stores=header.stores + ("__meta__",), layout=layout)
     rewrite(path, crafted, [("__meta__", b"txn:commit-marker", b"{not json")])
     with pytest.raises((*REFUSED, ValueError), match="__meta__"):
         wl.read_state(checkpoint, str(tmp_path / "crafted"))

@@ -14,7 +14,7 @@ import pytest
 import partition_workload as wl
 from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.retention import retain
-from spark_statestore.checkpoint.snapshots import aside_name, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.names import aside_name, list_changelogs, snapshot_versions
 from spark_statestore.errors import AttemptSupersededError
 from spark_statestore.faults import injected
 from spark_statestore.partition.layout import Layout, record_query_layout

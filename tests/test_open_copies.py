@@ -27,7 +27,7 @@ from partition_workload import (
 )
 from spark_statestore import ThreadCache
 from spark_statestore.errors import StoreClosedError, StoreLockedError
-from spark_statestore.partition import PartitionState
+from spark_statestore.partition import PartitionState, WorkerResources
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.open_copies import OpenCopies
 
@@ -367,7 +367,7 @@ def test_a_flush_under_way_does_not_race_the_next_batch(tmp_path):
 
 def test_open_copies_is_checked(tmp_path):
     with pytest.raises(TypeError, match="open_copies"):
-        PartitionState(str(tmp_path / "cp"), 0, SPECS, local_dir=str(tmp_path / "l"), open_copies="yes")
+        PartitionState(str(tmp_path / "cp"), 0, SPECS, WorkerResources(str(tmp_path / "l"), open_copies="yes"))
 
 
 def test_a_kept_copy_whose_directory_was_deleted_is_not_used(tmp_path, copies):
@@ -432,13 +432,13 @@ def test_a_kept_copy_is_not_reused_for_other_stores(tmp_path, copies):
     the stores declared now (the kept one would write the dropped store's changes)."""
     checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
     run(checkpoint, local, 3, seed=19, open_copies=copies)
-    state = PartitionState(checkpoint, 0, SPECS[:1], local_dir=local, open_copies=copies)
+    state = PartitionState(checkpoint, 0, SPECS[:1], WorkerResources(local, open_copies=copies))
     state.open(3)
     assert not state.metrics.kept_open
     state.store("kv").put(b"a", b"1")
     state.prepare()
     state.close()
-    state = PartitionState(checkpoint, 0, SPECS[:1], local_dir=local, open_copies=copies)
+    state = PartitionState(checkpoint, 0, SPECS[:1], WorkerResources(local, open_copies=copies))
     state.open(4)
     assert state.metrics.kept_open and state.store("kv").get(b"a") == b"1"
     state.close()

@@ -13,9 +13,15 @@ import pytest
 
 import partition_workload as wl
 from spark_statestore import MissingStateError, Serdes, Stores, ThreadCache
-from spark_statestore.checkpoint.snapshots import snapshot_versions
+from spark_statestore.checkpoint.names import snapshot_versions
 from spark_statestore.faults import injected
-from spark_statestore.partition import LayoutMismatchError, PartitionState, StoreSpec
+from spark_statestore.partition import (
+    LayoutMismatchError,
+    PartitionOptions,
+    PartitionState,
+    StoreSpec,
+    WorkerResources,
+)
 from spark_statestore.txn import TransactionalDatabase
 
 
@@ -74,13 +80,13 @@ def test_versions_without_changelogs_are_fine_when_batches_may_skip_them(dirs, t
     checkpoint, local = dirs
     specs = [StoreSpec.key_value("kv")]
     for batch in (0, 1, 4):  # batches 2 and 3 never opened this partition
-        state = PartitionState(checkpoint, 0, specs, local_dir=local, every_batch=False)
+        state = PartitionState(checkpoint, 0, specs, WorkerResources(local), PartitionOptions(every_batch=False))
         state.open(batch)
         state.store("kv").put(b"k", b"%d" % batch)
         state.prepare()
         state.close()
     for where in (local, str(tmp_path / "new")):
-        state = PartitionState(checkpoint, 0, specs, local_dir=where, every_batch=False)
+        state = PartitionState(checkpoint, 0, specs, WorkerResources(where), PartitionOptions(every_batch=False))
         state.open(5)
         assert state.store("kv").get(b"k") == b"4"
         state.close()
@@ -107,7 +113,8 @@ def test_a_store_declared_differently_is_refused_everywhere(dirs, tmp_path, chan
         "retain duplicates": [StoreSpec.window("s", 100, 10, retain_duplicates=True)],
     }.get(change) or CHANGES[change]
     for batch in range(5):
-        state = PartitionState(checkpoint, 0, original, local_dir=local, snapshot_interval=2 if snapshots else 100)
+        options = PartitionOptions(snapshot_interval=2 if snapshots else 100)
+        state = PartitionState(checkpoint, 0, original, WorkerResources(local), options)
         state.open(batch)
         store = state.store("s")
         store.put(b"k%d" % batch, b"v", batch) if window else store.put(b"k%d" % batch, b"v")
@@ -115,10 +122,10 @@ def test_a_store_declared_differently_is_refused_everywhere(dirs, tmp_path, chan
         state.close()
         state.wait_for_snapshots()
     for where in (local, str(tmp_path / "new-executor")):
-        state = PartitionState(checkpoint, 0, changed, local_dir=where)
+        state = PartitionState(checkpoint, 0, changed, WorkerResources(where))
         with pytest.raises(LayoutMismatchError, match="store 's' of the state .* was created as"):
             state.open(5)
-    state = PartitionState(checkpoint, 0, original, local_dir=str(tmp_path / "another"))
+    state = PartitionState(checkpoint, 0, original, WorkerResources(str(tmp_path / "another")))
     state.open(5)  # the original declaration still opens it
     state.close()
 
@@ -126,8 +133,9 @@ def test_a_store_declared_differently_is_refused_everywhere(dirs, tmp_path, chan
 # -- a version is identified by its content, not by its number --------------------------------
 
 
-def _attempt(checkpoint, local, batch, value, **kwargs):
-    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], local_dir=local, **kwargs)
+def _attempt(checkpoint, local, batch, value, cache=None, filesystem=None):
+    resources = WorkerResources(local, cache=cache)
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], resources, filesystem=filesystem)
     state.open(batch)
     state.store("kv").put(b"k", value)
     state.prepare()
@@ -142,7 +150,7 @@ def test_a_worker_cache_never_serves_a_failed_attempts_values(dirs, tmp_path):
     _attempt(checkpoint, w1, 0, b"batch-0", cache=cache)
     _attempt(checkpoint, w1, 1, b"failed-attempt", cache=cache)  # prepared, then the batch failed
     _attempt(checkpoint, w2, 1, b"retry-attempt")  # the retry on another worker commits
-    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], local_dir=w1, cache=cache)
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(w1, cache=cache))
     state.open(2)
     assert state.store("kv").get(b"k") == b"retry-attempt"
     state.close()
@@ -184,7 +192,7 @@ def test_a_retry_of_the_same_size_in_the_same_second_is_not_taken_for_the_local_
     _attempt(checkpoint, w1, 0, b"zero", filesystem=fs)
     _attempt(checkpoint, w1, 1, b"AAAA", filesystem=fs)  # the failed attempt, published
     _attempt(checkpoint, w2, 1, b"BBBB", filesystem=fs)  # the retry: same size, same second
-    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], local_dir=w1, filesystem=fs)
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(w1), filesystem=fs)
     state.open(2)
     assert state.store("kv").get(b"k") == b"BBBB"
     state.close()
@@ -270,7 +278,7 @@ def test_database_argument_errors_name_the_parameter(tmp_path):
     with pytest.raises(TypeError, match="lock_timeout must be a number of seconds, got str: 'x'"):
         TransactionalDatabase(str(tmp_path / "db"), lock_timeout="x")
     with pytest.raises(TypeError, match="lock_timeout must be a number of seconds"):
-        PartitionState(str(tmp_path), 0, [], local_dir=str(tmp_path / "l"), lock_timeout="x")
+        PartitionState(str(tmp_path), 0, [], WorkerResources(str(tmp_path / "l")), PartitionOptions(lock_timeout="x"))
     typed = Stores.in_memory_key_value_store("t").typed(Serdes.string(), Serdes.int64())
     with pytest.raises(TypeError, match="key must be a str, got int: 5"):
         typed.put(5, 1)

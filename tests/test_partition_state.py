@@ -13,8 +13,8 @@ import partition_workload as wl
 from spark_statestore import CorruptStateError, MissingStateError, StoreLockedError, ThreadCache
 from spark_statestore.faults import injected
 from spark_statestore.checkpoint import Changelog
-from spark_statestore.partition import PartitionState, StoreSpec
-from spark_statestore.checkpoint.snapshots import snapshot_versions
+from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
+from spark_statestore.checkpoint.names import snapshot_versions
 
 
 run = wl.run
@@ -22,7 +22,7 @@ run = wl.run
 
 def test_each_batch_sees_the_state_after_the_previous_one(dirs):
     checkpoint, local = dirs
-    state = PartitionState(checkpoint, 3, [StoreSpec.key_value("kv")], local_dir=local)
+    state = PartitionState(checkpoint, 3, [StoreSpec.key_value("kv")], WorkerResources(local))
     for batch in range(5):
         state.open(batch)
         kv = state.store("kv")
@@ -328,16 +328,16 @@ def test_spilled_batches_round_trip(dirs, tmp_path):
 def test_bad_arguments(dirs):
     checkpoint, local = dirs
     with pytest.raises(ValueError, match="partition must be at least 0, got -1"):
-        PartitionState(checkpoint, -1, [], local_dir=local)
+        PartitionState(checkpoint, -1, [], WorkerResources(local))
     with pytest.raises(ValueError, match="snapshot_interval must be at least 1, got 0"):
-        PartitionState(checkpoint, 0, [], local_dir=local, snapshot_interval=0)
+        PartitionState(checkpoint, 0, [], WorkerResources(local), PartitionOptions(snapshot_interval=0))
     with pytest.raises(ValueError, match="stores must have distinct names"):
-        PartitionState(checkpoint, 0, [StoreSpec.key_value("a"), StoreSpec.key_value("a")], local_dir=local)
+        PartitionState(checkpoint, 0, [StoreSpec.key_value("a"), StoreSpec.key_value("a")], WorkerResources(local))
     with pytest.raises(ValueError, match="checkpoint location must be a non-empty string"):
-        PartitionState("", 0, [], local_dir=local)
+        PartitionState("", 0, [], WorkerResources(local))
     with pytest.raises(ValueError, match="The retention period of the window store w must be no smaller"):
         StoreSpec.window("w", 5, 10)
-    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("a")], local_dir=local)
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("a")], WorkerResources(local))
     with pytest.raises(ValueError, match="batch_id must be at least 0, got -3"):
         state.open(-3)
     state.open(0)
@@ -356,13 +356,13 @@ def test_partition_count_is_kept_and_a_different_count_is_refused(dirs, tmp_path
     checkpoint, local = dirs
     specs = [StoreSpec.key_value("kv")]
     for batch in range(3):
-        state = PartitionState(checkpoint, 1, specs, local_dir=local, partitions=4)
+        state = PartitionState(checkpoint, 1, specs, WorkerResources(local), PartitionOptions(partitions=4))
         state.open(batch)
         state.store("kv").put(b"k", b"%d" % batch)
         state.prepare()
         state.close()
     for where in (local, str(tmp_path / "new-executor")):  # local metadata, and changelog headers
-        state = PartitionState(checkpoint, 1, specs, local_dir=where, partitions=8)
+        state = PartitionState(checkpoint, 1, specs, WorkerResources(where), PartitionOptions(partitions=8))
         with pytest.raises(StateStoreError, match=r"split into 4 partitions, but this query uses 8"):
             state.open(3)
     check_partition_count(checkpoint, 4)
@@ -370,7 +370,7 @@ def test_partition_count_is_kept_and_a_different_count_is_refused(dirs, tmp_path
     with pytest.raises(ValueError, match="split into 4 partitions, but this query uses 2"):
         check_partition_count(checkpoint, 2)
     with pytest.raises(ValueError, match="partition 5 is out of range for 4 partitions"):
-        PartitionState(checkpoint, 5, specs, local_dir=local, partitions=4)
+        PartitionState(checkpoint, 5, specs, WorkerResources(local), PartitionOptions(partitions=4))
 
 
 def test_idle_local_copies_are_swept_and_held_or_recent_ones_are_kept(dirs, tmp_path):
@@ -378,12 +378,12 @@ def test_idle_local_copies_are_swept_and_held_or_recent_ones_are_kept(dirs, tmp_
 
     checkpoint, local = dirs
     for partition in range(3):
-        state = PartitionState(checkpoint, partition, [StoreSpec.key_value("kv")], local_dir=local)
+        state = PartitionState(checkpoint, partition, [StoreSpec.key_value("kv")], WorkerResources(local))
         state.open(0)
         state.store("kv").put(b"k", b"v")
         state.prepare()
         state.close()
-    roots = [PartitionState(checkpoint, p, [], local_dir=local).local for p in range(3)]
+    roots = [PartitionState(checkpoint, p, [], WorkerResources(local)).local for p in range(3)]
     old = os.path.getmtime(os.path.join(roots[0].root, "LOCK")) - 7200
     for local_dir in roots[:2]:
         os.utime(os.path.join(local_dir.root, "LOCK"), (old, old))  # unused for two hours
@@ -394,7 +394,7 @@ def test_idle_local_copies_are_swept_and_held_or_recent_ones_are_kept(dirs, tmp_
         roots[1].unlock()
     assert deleted == [roots[0].root]
     assert not os.path.exists(roots[0].db_path) and os.path.exists(roots[1].db_path) and os.path.exists(roots[2].db_path)
-    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], local_dir=local)
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(local))
     state.open(1)  # the swept partition comes back: restored from the durable state
     assert state.metrics.restored and state.store("kv").get(b"k") == b"v"
     state.close()

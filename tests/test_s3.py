@@ -9,8 +9,8 @@ import pytest
 
 import partition_workload as wl
 from spark_statestore import MissingStateError
-from spark_statestore.partition import PartitionState, StoreSpec
-from spark_statestore.checkpoint.snapshots import snapshot_versions
+from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
+from spark_statestore.checkpoint.names import snapshot_versions
 
 
 def location(s3_endpoint, bucket):
@@ -46,7 +46,7 @@ def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
     local = str(tmp_path / "local")
     specs = [StoreSpec.key_value("kv")]
     for batch in range(3):
-        state = PartitionState(checkpoint, 7, specs, local_dir=local, snapshot_interval=100)
+        state = PartitionState(checkpoint, 7, specs, WorkerResources(local), PartitionOptions(snapshot_interval=100))
         state.open(batch)
         state.store("kv").put(b"n", b"%d" % batch)
         state.prepare()
@@ -54,7 +54,7 @@ def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
     boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(
         Bucket=bucket, Key="query/statestore/7/1.changelog", Body=b"not a changelog"
     )
-    state = PartitionState(checkpoint, 7, specs, local_dir=str(tmp_path / "fresh"))
+    state = PartitionState(checkpoint, 7, specs, WorkerResources(str(tmp_path / "fresh")))
     with pytest.raises(MissingStateError, match=rf"s3://{bucket}/query/statestore/7/1\.changelog \(version 1\)"):
         state.open(3)
 
@@ -62,12 +62,12 @@ def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
 def test_endpoint_from_the_environment(s3_endpoint, bucket, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{s3_endpoint}")
     checkpoint = f"s3a://{bucket}/query"  # Hadoop's scheme, as Spark users write it
-    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], local_dir=str(tmp_path / "l"))
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(str(tmp_path / "l")))
     state.open(0)
     state.store("kv").put(b"k", b"v")
     state.prepare()
     state.close()
-    fresh = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], local_dir=str(tmp_path / "m"))
+    fresh = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(str(tmp_path / "m")))
     fresh.open(1)
     assert fresh.store("kv").get(b"k") == b"v"
     fresh.close()

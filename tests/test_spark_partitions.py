@@ -192,11 +192,11 @@ def _adapter_config(tmp_path):
 
 
 def _partition_is_free(config):
-    from spark_statestore.partition import PartitionState
+    from spark_statestore.partition import PartitionOptions, PartitionState, WorkerResources
 
     state = PartitionState(
         config.checkpoint_location, 0, [d.spec() for d in config.declarations],
-        local_dir=config.settings.resolve_local_dir(), lock_timeout=0,
+        WorkerResources(config.settings.resolve_local_dir()), PartitionOptions(lock_timeout=0),
     )
     state.open(0)  # StoreLockedError if an abandoned attempt still held it
     state.close()

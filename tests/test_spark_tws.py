@@ -15,7 +15,7 @@ import pytest
 
 import spark_jobs
 import windowed_reference
-from spark_statestore.partition import PartitionState
+from spark_statestore.partition import PartitionState, WorkerResources
 from spark_statestore.spark import KeyValue, StoreProcessor
 
 pytestmark = pytest.mark.spark
@@ -224,7 +224,7 @@ def _partition_states(checkpoint, local, spark):
     specs = [w.spec() for w in windowed_counts.WindowedCounts(checkpoint, spark=spark).stores]
     out = {}
     for partition in (0, 1):
-        state = PartitionState(checkpoint, partition, specs, local_dir=str(local))
+        state = PartitionState(checkpoint, partition, specs, WorkerResources(str(local)))
         state.open(last + 1)
         out[partition] = {name: [(w.key, w.window.start, v) for w, v in store.all()] for name, store in state.stores.items()}
         state.close()

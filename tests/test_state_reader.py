@@ -222,7 +222,14 @@ def test_reading_state_on_s3(spark, s3_endpoint, bucket, tmp_path):
     environment)."""
     import pyarrow.fs as pafs
 
-    from spark_statestore.partition import Layout, PartitionState, StoreSpec, record_query_layout
+    from spark_statestore.partition import (
+        Layout,
+        PartitionOptions,
+        PartitionState,
+        StoreSpec,
+        WorkerResources,
+        record_query_layout,
+    )
 
     location = f"s3://testing:testing@{bucket}/query?endpoint_override={s3_endpoint}&scheme=http&region=us-east-1"
     specs = [StoreSpec.key_value("totals", key_serde="string", value_serde="int64")]
@@ -230,7 +237,8 @@ def test_reading_state_on_s3(spark, s3_endpoint, bucket, tmp_path):
     expected = {}
     for batch in range(3):
         for partition in (0, 1):
-            state = PartitionState(location, partition, specs, local_dir=str(tmp_path / "local"), partitions=2)
+            resources, options = WorkerResources(str(tmp_path / "local")), PartitionOptions(partitions=2)
+            state = PartitionState(location, partition, specs, resources, options)
             state.open(batch)
             key = f"p{partition}-k{batch % 2}"
             expected[key] = batch

@@ -2,8 +2,7 @@
 
 Layout (all integers big-endian)::
 
-    b"SSCL" | u16 format | u32 header length | header (JSON: partition, version,
-    base_version, base_id, stores, layout)
+    b"SSCL" | u16 format | u32 header length | header (JSON: `ChangelogHeader`)
     body: blocks of records, range deletions first (`records` has the layout)
     b"END!" | u64 record count | u64 id | u32 CRC-32 of every byte before it
 
@@ -28,15 +27,16 @@ the chain of identities whichever attempt published last.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import struct
 import zlib
 from itertools import repeat
-from typing import BinaryIO, Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
+from typing import BinaryIO
 
+from spark_statestore.checkpoint.changelog_header import ChangelogHeader, parse_base_id
 from spark_statestore.checkpoint.filesystem import DurableDir
-from spark_statestore.checkpoint.snapshots import aside_name, changelog_name
+from spark_statestore.checkpoint.names import aside_name, changelog_name
 from spark_statestore.checkpoint.records import RANGES, WRITES, Block, encode_blocks, read_blocks, read_records_v2
 from spark_statestore.errors import CorruptStateError
 from spark_statestore.validation import columns_are_bytes, describe
@@ -47,7 +47,6 @@ FORMAT = 3
 READABLE_FORMATS = (2, 3)
 _PREFIX = struct.Struct(">4sHI")
 _END = struct.Struct(">4sQQI")
-TRAILER_BYTES = _END.size
 _READ_BYTES = 1 << 20
 _ID_MASK = (1 << 63) - 1
 
@@ -61,15 +60,15 @@ class ChangelogWriter:
     """Writes one changelog file (a transaction's change sink: records name their store,
     which must be one of the header's `stores`); `finish()` adds the trailer."""
 
-    def __init__(self, out: BinaryIO, header: dict) -> None:
-        self._index = {name: i for i, name in enumerate(header["stores"])}
+    def __init__(self, out: BinaryIO, header: ChangelogHeader) -> None:
+        self._index = {name: i for i, name in enumerate(header.stores)}
         self._out = out
         self._crc = 0
         self._hash = hashlib.blake2b(digest_size=8)
         self._records = 0
         self._writes_started = False
         self.id = 0
-        raw = json.dumps(header, sort_keys=True).encode("utf-8")
+        raw = header.to_json()
         self._emit(_PREFIX.pack(MAGIC, FORMAT, len(raw)) + raw)
 
     def _emit(self, data: bytes) -> None:
@@ -141,7 +140,7 @@ def _header_length(prefix: bytes, where: str) -> int:
 
 
 def parse_trailer(tail: bytes, where: str) -> tuple[int, int]:
-    """The record count and the id of a changelog from its last `TRAILER_BYTES` bytes (not
+    """The record count and the id of a changelog from its last 24 bytes (not
     verified)."""
     if len(tail) != _END.size:
         raise CorruptStateError(f"{where} is truncated ({len(tail)} trailer bytes)")
@@ -174,18 +173,12 @@ def durable_changelog_trailer(durable: DurableDir, name: str, version: int, size
     raise error
 
 
-def durable_changelog_header(durable: DurableDir, name: str, version: int) -> dict:
-    """The header of the durable changelog `name` (two small ranged reads; not verified:
-    use it to choose a file, and verify the file before applying it)."""
+def durable_changelog_base_id(durable: DurableDir, name: str, version: int) -> int:
+    """The `base_id` in the header of the durable changelog `name` (two small ranged reads;
+    not verified: use it to choose a file, and verify the file before applying it)."""
     where = f"changelog {durable.uri(name)} (version {version})"
     header_len = _header_length(durable.read_range(name, 0, _PREFIX.size), where)
-    try:
-        header = json.loads(durable.read_range(name, _PREFIX.size, header_len))
-    except ValueError as e:
-        raise CorruptStateError(f"{where} has an unreadable header: {e}") from e
-    if not isinstance(header, dict) or type(header.get("base_id")) is not int:
-        raise CorruptStateError(f"{where} has no valid base_id in its header")
-    return header
+    return parse_base_id(durable.read_range(name, _PREFIX.size, header_len), where)
 
 
 def publish_changelog(durable: DurableDir, version: int, local_path: str, ident: int, scratch: str) -> object:
@@ -213,7 +206,7 @@ def publish_changelog(durable: DurableDir, version: int, local_path: str, ident:
 
 
 def follow_chain(
-    durable: DurableDir, changelogs: dict[int, object], asides: dict[int, set[int]], head: int
+    durable: DurableDir, changelogs: Container[int], asides: dict[int, set[int]], head: int
 ) -> dict[int, tuple[str, int]]:
     """The file and id of each version below `head` whose set-aside changelog, rather than
     its `N.changelog`, is the one the next version builds on (every other version: its
@@ -222,7 +215,7 @@ def follow_chain(
     for version in sorted((v for v in asides if v < head and v + 1 in changelogs), reverse=True):
         later = chosen.get(version + 1, (changelog_name(version + 1), 0))[0]
         try:
-            base_id = durable_changelog_header(durable, later, version + 1)["base_id"]
+            base_id = durable_changelog_base_id(durable, later, version + 1)
         except (FileNotFoundError, CorruptStateError):
             continue  # the later changelog is checked when it is applied
         if base_id in asides[version]:
@@ -264,47 +257,36 @@ class Changelog:
             raise CorruptStateError(f"{where} fails its checksum; nothing was applied from it")
         if ident != _id_of(digest):
             raise CorruptStateError(f"{where} has an id ({ident:x}) that is not the hash of its content")
-        try:
-            self.header = json.loads(header_raw)
-        except ValueError as e:
-            raise CorruptStateError(f"{where} has an unreadable header: {e}") from e
-        if not isinstance(self.header, dict):
-            raise CorruptStateError(f"{where} has a header that is not an object")
-        stores = self.header.get("stores")
-        if not isinstance(stores, list) or not all(isinstance(n, str) for n in stores):
-            raise CorruptStateError(f"{where} names no stores in its header")
-        for key in ("version", "base_version", "base_id"):
-            if type(self.header.get(key)) is not int:
-                raise CorruptStateError(f"{where} has no valid {key} in its header")
+        self.header = ChangelogHeader.parse(header_raw, where)
         self.records = count
         self.format = _PREFIX.unpack_from(prefix)[1]
         self.id = ident
         self._where = where
         self._body_start = _PREFIX.size + header_len
         self._body_end = size - _END.size
-        if version is not None and self.header["version"] != version:
-            raise CorruptStateError(f"{where} holds version {self.header['version']}")
-        if partition is not None and self.header.get("partition") != partition:
+        if version is not None and self.header.version != version:
+            raise CorruptStateError(f"{where} holds version {self.header.version}")
+        if partition is not None and self.header.partition != partition:
             raise CorruptStateError(
-                f"{where} belongs to partition {self.header.get('partition')!r}, not to partition {partition}"
+                f"{where} belongs to partition {self.header.partition!r}, not to partition {partition}"
             )
 
     @property
     def version(self) -> int:
-        return self.header["version"]
+        return self.header.version
 
     @property
     def base_version(self) -> int:
-        return self.header["base_version"]
+        return self.header.base_version
 
     @property
     def base_id(self) -> int:
         """The id of the version this changelog builds on (0: the empty state)."""
-        return self.header["base_id"]
+        return self.header.base_id
 
     @property
-    def stores(self) -> list[str]:
-        return self.header["stores"]
+    def stores(self) -> tuple[str, ...]:
+        return self.header.stores
 
     def _blocks(self, ranges_only: bool = False) -> Iterator[Block]:
         read = read_blocks if self.format == FORMAT else read_records_v2

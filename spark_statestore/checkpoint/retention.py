@@ -15,16 +15,17 @@ import time
 
 from spark_statestore.checkpoint.changelog import durable_changelog_id
 from spark_statestore.checkpoint.filesystem import DurableDir
-from spark_statestore.checkpoint.snapshots import (
+from spark_statestore.checkpoint.names import (
     SHARED,
-    SNAPSHOTS,
     aside_name,
     changelog_name,
     list_changelogs,
     manifest_name,
-    read_manifest,
+    snapshot_dir,
+    snapshot_file_name,
     snapshot_versions,
 )
+from spark_statestore.checkpoint.snapshots import read_manifest
 from spark_statestore.errors import CorruptStateError, MissingStateError
 from spark_statestore.faults import fault_point
 
@@ -39,7 +40,7 @@ def _complete(durable: DurableDir, version: int, shared: dict[str, int], changel
         manifest = read_manifest(durable, version)
     except (MissingStateError, CorruptStateError):
         return None
-    own = {f"{SNAPSHOTS}/{version}/{info.base_name}": info.size for info in durable.list(f"{SNAPSHOTS}/{version}")}
+    own = {snapshot_file_name(version, info.base_name): info.size for info in durable.list(snapshot_dir(version))}
     for entry in manifest["files"]:
         size = shared.get(entry["durable"], own.get(entry["durable"]))
         if size != entry["size"]:
@@ -78,7 +79,7 @@ def retain(
     durable.delete(manifest_name(v) for v in old)
     fault_point("retention:after-manifests")
     for version in old:
-        durable.delete_dir(f"{SNAPSHOTS}/{version}")
+        durable.delete_dir(snapshot_dir(version))
     covered = [v for v in changelogs if v < base]
     durable.delete(changelog_name(v) for v in covered)
     durable.delete(aside_name(v, ident) for v, idents in asides.items() if v < base for ident in idents)

@@ -2,7 +2,7 @@
 
 A snapshot of version V is a RocksDB checkpoint uploaded as:
 
-* SST files under `sst/<sha256 prefix>-<size>.sst`: content-addressed, so a file shared by
+* SST files under `sst/<sha256 prefix>-<size>.sst` (names: see `names.py`): content-addressed, so a file shared by
   several snapshots is uploaded once (and a restored database that reuses file numbers
   can never be confused with another one's files);
 * the other, small files under `snapshots/<V>/`;
@@ -20,36 +20,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 from typing import Callable
 
-from spark_statestore.faults import fault_point
 from spark_statestore.checkpoint.filesystem import DurableDir
+from spark_statestore.checkpoint.names import (
+    SHARED,
+    is_shared_file,
+    is_snapshot_file,
+    manifest_name,
+    shared_file_name,
+    snapshot_file_name,
+)
 from spark_statestore.errors import CorruptStateError, MissingStateError
-
-SNAPSHOTS = "snapshots"
-SHARED = "sst"
-_MANIFEST = ".manifest"
-_CHANGELOG = re.compile(r"^(0|[1-9][0-9]{0,18})\.changelog$")
-_ASIDE = re.compile(r"^(0|[1-9][0-9]{0,18})\.([0-9a-f]{16})\.changelog$")
-_MANIFEST_NAME = re.compile(r"^(0|[1-9][0-9]{0,18})\.manifest$")
-_LOCAL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-_SHARED_NAME = re.compile(r"^sst/[0-9a-f]{32}-[0-9]{1,15}\.sst$")
-
-
-def manifest_name(version: int) -> str:
-    return f"{SNAPSHOTS}/{version}{_MANIFEST}"
-
-
-def changelog_name(version: int) -> str:
-    return f"{version}.changelog"
-
-
-def aside_name(version: int, ident: int) -> str:
-    """Where a durable changelog of `version` with id `ident` is kept when another attempt
-    of the same batch publishes over it (see `changelog.publish_changelog`)."""
-    return f"{version}.{ident:016x}.changelog"
+from spark_statestore.faults import fault_point
 
 
 def _sha256(path: str) -> str:
@@ -58,43 +42,6 @@ def _sha256(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def changelog_version(name: str) -> int | None:
-    """The version of a changelog file name (None for names this package does not write)."""
-    match = _CHANGELOG.match(name)
-    return None if match is None else int(match.group(1))
-
-
-def snapshot_versions(durable: DurableDir) -> list[int]:
-    """Versions that have a snapshot manifest, ascending (other names are ignored)."""
-    versions = []
-    for info in durable.list(SNAPSHOTS):
-        match = _MANIFEST_NAME.match(info.base_name)
-        if match is not None:
-            versions.append(int(match.group(1)))
-    return sorted(versions)
-
-
-def changelog_versions(durable: DurableDir) -> dict[int, object]:
-    """Durable changelogs by version, with their file info (other names are ignored)."""
-    return list_changelogs(durable)[0]
-
-
-def list_changelogs(durable: DurableDir) -> tuple[dict[int, object], dict[int, set[int]]]:
-    """Durable changelogs by version with their file info, and the ids of the set-aside
-    changelogs of each version (`aside_name`); other names are ignored."""
-    out: dict[int, object] = {}
-    asides: dict[int, set[int]] = {}
-    for info in durable.list():
-        version = changelog_version(info.base_name)
-        if version is not None:
-            out[version] = info
-            continue
-        match = _ASIDE.match(info.base_name)
-        if match is not None:
-            asides.setdefault(int(match.group(1)), set()).add(int(match.group(2), 16))
-    return out, asides
 
 
 def upload_snapshot(
@@ -118,12 +65,12 @@ def upload_snapshot(
         size = os.path.getsize(path)
         sha = _sha256(path)
         if name.endswith(".sst"):
-            durable_name = f"{SHARED}/{sha[:32]}-{size}.sst"
+            durable_name = shared_file_name(sha, size)
             if durable_name.rsplit("/", 1)[1] not in shared:
                 durable.publish_file(durable_name, path)
                 uploaded += 1
         else:
-            durable_name = f"{SNAPSHOTS}/{version}/{name}"
+            durable_name = snapshot_file_name(version, name)
             durable.publish_file(durable_name, path)
             uploaded += 1
         files.append({"name": name, "durable": durable_name, "size": size, "sha256": sha})
@@ -157,10 +104,10 @@ def _check_entry(entry: object, version: int, where: str) -> None:
     if not isinstance(entry, dict):
         raise CorruptStateError(f"snapshot manifest {where} holds an entry that is not an object: {entry!r}")
     name, durable_name = entry.get("name"), entry.get("durable")
-    if not isinstance(name, str) or not _LOCAL_NAME.match(name) or ".." in name:
+    if not is_snapshot_file(name):
         raise CorruptStateError(f"snapshot manifest {where} names a file {name!r} that is not a plain file name")
-    own = f"{SNAPSHOTS}/{version}/{name}"
-    shared = isinstance(durable_name, str) and _SHARED_NAME.match(durable_name) and name.endswith(".sst")
+    own = snapshot_file_name(version, name)
+    shared = is_shared_file(durable_name) and name.endswith(".sst")
     if durable_name != own and not shared:
         raise CorruptStateError(
             f"snapshot manifest {where} points file {name!r} at {durable_name!r}, which is not a file of this snapshot"

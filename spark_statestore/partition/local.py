@@ -22,7 +22,7 @@ import shutil
 import stat
 import time
 
-from spark_statestore.checkpoint.snapshots import changelog_version
+from spark_statestore.checkpoint.names import changelog_name, changelog_version
 from spark_statestore.errors import StoreLockedError
 
 
@@ -39,7 +39,7 @@ class LocalPartitionDir:
         self._lock_fd: int | None = None
 
     def changelog(self, version: int) -> str:
-        return os.path.join(self.changelog_dir, f"{version}.changelog")
+        return os.path.join(self.changelog_dir, changelog_name(version))
 
     def lock(self, timeout: float) -> None:
         """Take the partition's exclusive lock, waiting up to `timeout` seconds. A file where

@@ -10,14 +10,14 @@
 * the layout the state was built with (see `layout.py`).
 
 A version is identified by its number *and* the id of the changelog that produced it
-(random, chosen by the attempt that prepared it): two attempts of one batch produce two
-different version-N states, and everything kept across batches (a local copy, a record
+(a hash of the changelog's content, base included: see `checkpoint/changelog.py`): two
+attempts of one batch that wrote different changes produce two different version-N
+states, and everything kept across batches (a local copy, a record
 cache) is used only at the identity it was built at.
 """
 
 from __future__ import annotations
 
-import secrets
 from typing import NamedTuple
 
 from spark_statestore.partition.layout import Layout
@@ -42,11 +42,6 @@ class VersionId(NamedTuple):
 
 
 EMPTY = VersionId(-1, 0)
-
-
-def new_changelog_id() -> int:
-    """A fresh id for a prepared changelog (63 random bits, never 0)."""
-    return secrets.randbits(63) or 1
 
 
 class PartitionMetadata:

@@ -87,6 +87,7 @@ class OpenCopies:
         self.idle_seconds = check_seconds(idle_seconds, "idle_seconds")
         self.apply_ahead = check_bool(apply_ahead, "apply_ahead")
         self._copies: dict[str, OpenCopy] = {}  # by local root, least recently kept first
+        self._releasing = 0  # copies the thread took out of `_copies` and is releasing now
         self._lock = threading.Lock()
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
@@ -97,8 +98,10 @@ class OpenCopies:
         self.applied_ahead = 0
 
     def __len__(self) -> int:
+        """The copies held open: kept, or being released by the thread (their locks are
+        free once this counts them no more)."""
         with self._lock:
-            return len(self._copies)
+            return len(self._copies) + self._releasing
 
     def keep(self, copy: OpenCopy) -> bool:
         """Keep `copy` open; False (and nothing kept) when this pool keeps nothing or is closed."""
@@ -233,11 +236,18 @@ class OpenCopies:
                         requested.append(self._remove(root))
                 idle = [root for root, c in self._copies.items() if now - c.kept_at >= self.idle_seconds]
                 expired = [self._remove(root) for root in idle]
+                self._releasing = len(requested) + len(expired)
             for copy in requested:
                 self.released_on_request += 1
                 self._release(copy, "another opener asked for it")
+                self._released_one()
             for copy in expired:
                 self._release(copy, f"unused for {self.idle_seconds:g}s")
+                self._released_one()
+
+    def _released_one(self) -> None:
+        with self._lock:
+            self._releasing -= 1
 
 
     def _work_on_one(self) -> bool:

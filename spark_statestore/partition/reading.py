@@ -11,7 +11,6 @@ that has not committed (yet).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -21,7 +20,16 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer, follow_chain
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
-from spark_statestore.checkpoint.snapshots import changelog_name, changelog_versions, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.names import (
+    changelog_name,
+    changelog_versions,
+    commits_dir,
+    list_changelogs,
+    number_of,
+    partition_dir,
+    snapshot_versions,
+    statestore_dir,
+)
 from spark_statestore.errors import MissingStateError, StateStoreError
 from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
@@ -33,8 +41,6 @@ from spark_statestore.serde import unescape
 from spark_statestore.stores.window_layout import start_of
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
 from spark_statestore.txn.database import TransactionalDatabase
-
-_BATCH_FILE = re.compile(r"^(0|[1-9][0-9]{0,18})$")
 
 
 class NoStateError(StateStoreError):
@@ -55,14 +61,14 @@ class StateLocation:
         """The state under `location`; `NoStateError` naming it when there is none."""
         layout = read_query_layout(location, filesystem)
         fs, root = resolve_location(location, filesystem)
-        statestore = f"{root}/statestore"
+        statestore = statestore_dir(root)
         if layout is None:
             raise NoStateError(f"there is no spark_statestore state under {location} (no {statestore}/_layout)")
         selector = pafs.FileSelector(statestore, allow_not_found=True)
         partitions = sorted(
             int(info.base_name)
             for info in fs.get_file_info(selector)
-            if info.type == pafs.FileType.Directory and _BATCH_FILE.match(info.base_name)
+            if info.type == pafs.FileType.Directory and number_of(info.base_name) is not None
         )
         return StateLocation(location, layout, tuple(partitions), filesystem)
 
@@ -74,13 +80,13 @@ class StateLocation:
 
     def durable(self, partition: int) -> DurableDir:
         fs, root = resolve_location(self.location, self.filesystem)
-        return DurableDir(fs, f"{root}/statestore/{partition}")
+        return DurableDir(fs, partition_dir(root, partition))
 
     def committed_batch(self) -> int | None:
         """The newest batch Spark's commit log holds (None: nothing committed yet)."""
         fs, root = resolve_location(self.location, self.filesystem)
-        selector = pafs.FileSelector(f"{root}/commits", allow_not_found=True)
-        batches = [int(i.base_name) for i in fs.get_file_info(selector) if _BATCH_FILE.match(i.base_name)]
+        selector = pafs.FileSelector(commits_dir(root), allow_not_found=True)
+        batches = [int(i.base_name) for i in fs.get_file_info(selector) if number_of(i.base_name) is not None]
         return max(batches, default=None)
 
     def versions(self, partition: int) -> tuple[list[int], list[int]]:

@@ -28,102 +28,93 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Sequence
+from enum import Enum
+from typing import Any, Callable, Sequence, cast
 
 import pyarrow.fs as pafs
 
 from spark_statestore.cache.change import Change
-from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.cache.wrapping import cached
 from spark_statestore.checkpoint.changelog import ChangelogWriter, publish_changelog
+from spark_statestore.checkpoint.changelog_header import ChangelogHeader
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.names import commit_name, commits_dir, partition_dir
 from spark_statestore.errors import AttemptSupersededError, StateStoreError
 from spark_statestore.faults import fault_point
 from spark_statestore.partition.layout import Layout
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, VersionId
-from spark_statestore.partition.open_copies import OpenCopies, OpenCopy
+from spark_statestore.partition.open_copies import OpenCopy
+from spark_statestore.partition.options import PartitionOptions, WorkerResources
 from spark_statestore.partition.recovery import Recovery
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
-from spark_statestore.stores.rocksdb import RocksMemory, verify_database
-from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
-from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
-from spark_statestore.validation import (
-    check_bool,
-    check_instance,
-    check_int,
-    check_iterable,
-    check_path,
-    check_seconds,
-)
+from spark_statestore.stores.rocksdb import verify_database
+from spark_statestore.txn.database import TransactionalDatabase
+from spark_statestore.validation import check_instance, check_int, check_iterable
 
 OnChanges = Callable[[str, "list[Change]"], Any]
 
 
+class Lifecycle(Enum):
+    """Where a `PartitionState` is: `open` moves CLOSED to OPEN, `prepare` OPEN to
+    PREPARED, `close` either back to CLOSED."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    PREPARED = "prepared"
+
+
 class PartitionState:
-    """The durable, versioned state of one partition (see module docstring)."""
+    """The durable, versioned state of one partition (see module docstring).
+
+    `resources`: what the process shares between partitions (its local directory among
+    them); `options`: the protocol's settings (None: the defaults); `filesystem`: the `pyarrow.fs` filesystem of
+    the checkpoint location (None: resolved from the location); `on_changes(store, changes)`
+    receives what each cached store forwards when its cache flushes."""
 
     def __init__(
         self,
         checkpoint_location: str,
         partition: int,
         stores: Sequence[StoreSpec],
+        resources: WorkerResources,
+        options: PartitionOptions | None = None,
         *,
-        local_dir: str,
         filesystem: pafs.FileSystem | None = None,
-        snapshot_interval: int = 10,
-        min_batches_to_retain: int = 100,
-        uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
-        cache: ThreadCache | None = None,
         on_changes: OnChanges | None = None,
-        lock_timeout: float = 60.0,
-        retention_grace_seconds: float = 600.0,
-        apply_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-        partitions: int | None = None,
-        every_batch: bool = True,
-        uploader: Uploader | None = None,
-        rocks_memory: RocksMemory | None = None,
-        open_copies: OpenCopies | None = None,
     ) -> None:
         self.partition = check_int(partition, "partition", 0)
-        self.uncommitted_max_bytes = check_int(uncommitted_max_bytes, "uncommitted_max_bytes", -1)
-        self.layout = Layout.of(list(check_iterable(stores, "stores", "StoreSpec")), partitions)
+        self.resources = check_instance(resources, WorkerResources, "resources", optional=False)
+        self.options = check_instance(options, PartitionOptions, "options") or PartitionOptions()
+        self.layout = Layout.of(list(check_iterable(stores, "stores", "StoreSpec")), self.options.partitions)
         if self.layout.partitions is not None and self.partition >= self.layout.partitions:
             raise ValueError(f"partition {self.partition} is out of range for {self.layout.partitions} partitions")
-        check_instance(cache, ThreadCache, "cache")
         check_instance(filesystem, pafs.FileSystem, "filesystem")
-        check_instance(uploader, Uploader, "uploader")
-        check_instance(rocks_memory, RocksMemory, "rocks_memory")
-        self.open_copies = check_instance(open_copies, OpenCopies, "open_copies")
-        local_dir = check_path(local_dir, "local_dir")
         if on_changes is not None and not callable(on_changes):
             raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
         self.checkpoint_location = checkpoint_location
         fs, root = resolve_location(checkpoint_location, filesystem)
-        self.durable = DurableDir(fs, f"{root}/statestore/{self.partition}")
-        self._commit_log = DurableDir(fs, f"{root}/commits")  # Spark's: which batches the driver committed
-        self._local_dir = local_dir
-        self.local = LocalPartitionDir(local_dir, checkpoint_location, self.partition)
-        self.cache = cache
+        self.durable = DurableDir(fs, partition_dir(root, self.partition))
+        self._commit_log = DurableDir(fs, commits_dir(root))  # Spark's: which batches the driver committed
+        self.local = LocalPartitionDir(resources.local_dir, checkpoint_location, self.partition)
+        self.cache = resources.cache
         self.on_changes = on_changes
-        self.lock_timeout = check_seconds(lock_timeout, "lock_timeout")
-        self.apply_chunk_bytes = check_int(apply_chunk_bytes, "apply_chunk_bytes", 1)
-        self.every_batch = check_bool(every_batch, "every_batch")
+        self.open_copies = resources.open_copies
         self.snapshots = SnapshotSchedule(
             self.durable,
             self.local,
             self.partition,
-            interval=check_int(snapshot_interval, "snapshot_interval", 1),
-            min_batches_to_retain=check_int(min_batches_to_retain, "min_batches_to_retain", 1),
-            retention_grace_seconds=check_seconds(retention_grace_seconds, "retention_grace_seconds"),
+            interval=self.options.snapshot_interval,
+            min_batches_to_retain=self.options.min_batches_to_retain,
+            retention_grace_seconds=self.options.retention_grace_seconds,
             verify=verify_database,
         )
-        self.rocks_memory = rocks_memory
-        self._own_uploader = uploader is None
-        self.uploader = uploader or Uploader()
+        self._own_uploader = resources.uploader is None
+        self.uploader = resources.uploader or Uploader()
         self.metrics = PartitionMetrics()
+        self.lifecycle = Lifecycle.CLOSED
         self.batch_id: int | None = None
         self.committed: VersionId = EMPTY  # the version the open state was loaded at
         self._db: TransactionalDatabase | None = None
@@ -133,7 +124,7 @@ class PartitionState:
         self._uploads: list[Future] = []
 
     def __repr__(self) -> str:
-        state = f"batch {self.batch_id}" if self._db is not None else "closed"
+        state = "closed" if self.lifecycle is Lifecycle.CLOSED else f"{self.lifecycle.value} for batch {self.batch_id}"
         return f"<PartitionState {self.partition} of {self.checkpoint_location} {state}>"
 
     @property
@@ -145,17 +136,25 @@ class PartitionState:
         """The version of the loaded state (-1: empty)."""
         return self.committed.version
 
+    def _require_open(self) -> TransactionalDatabase:
+        """The open database; `StateStoreError` when the partition is closed."""
+        if self.lifecycle is Lifecycle.CLOSED:
+            raise StateStoreError(f"partition {self.partition} is not open")
+        return cast(TransactionalDatabase, self._db)
+
     # -- open ---------------------------------------------------------------------------
 
     @property
     def is_open(self) -> bool:
-        return self._db is not None
+        return self.lifecycle is not Lifecycle.CLOSED
 
     def open(self, batch_id: int) -> None:
         """Load the state after batch `batch_id - 1`, ready to process batch `batch_id`."""
         batch_id = check_int(batch_id, "batch_id", 0)
-        if self._db is not None:
-            raise StateStoreError(f"partition {self.partition} is already open for batch {self.batch_id}")
+        if self.lifecycle is not Lifecycle.CLOSED:
+            raise StateStoreError(
+                f"partition {self.partition} is already open for batch {self.batch_id} ({self.lifecycle.value})"
+            )
         started = time.perf_counter()
         self.metrics = PartitionMetrics()
         kept = self._take_kept_copy()
@@ -168,8 +167,8 @@ class PartitionState:
                 self.checkpoint_location,
                 self._open_db,
                 self.metrics,
-                every_batch=self.every_batch,
-                chunk_bytes=self.apply_chunk_bytes,
+                every_batch=self.options.every_batch,
+                chunk_bytes=self.options.apply_chunk_bytes,
                 kept=kept,
             )
             db, committed = recovery.load(batch_id - 1)
@@ -194,6 +193,7 @@ class PartitionState:
         self.batch_id = batch_id
         self.committed = committed
         self._prepared = None
+        self.lifecycle = Lifecycle.OPEN
         self.metrics.open_seconds = time.perf_counter() - started
 
     def _take_kept_copy(self) -> tuple[TransactionalDatabase, VersionId | None] | None:
@@ -205,8 +205,8 @@ class PartitionState:
             self.open_copies.discard(copy, "its directory was deleted or replaced")
             copy = None
         if copy is None:
-            self.local = LocalPartitionDir(self._local_dir, self.checkpoint_location, self.partition)
-            self.local.lock(self.lock_timeout)
+            self.local = LocalPartitionDir(self.resources.local_dir, self.checkpoint_location, self.partition)
+            self.local.lock(self.options.lock_timeout)
             return None
         self.local = copy.local  # holds the lock
         if copy.options == self._db_options():
@@ -221,16 +221,16 @@ class PartitionState:
 
     def _db_options(self) -> tuple:
         # what a kept database must have been opened with (and for) to be reused as it is
-        return (self.uncommitted_max_bytes, self.rocks_memory, self.layout.to_json())
+        return (self.options.uncommitted_max_bytes, self.resources.rocks_memory, self.layout.to_json())
 
     def _open_db(self) -> TransactionalDatabase:
         # changelogs redo what a crash loses: no WAL, and an ordered (not atomic) flush
         return TransactionalDatabase(
             self.local.db_path,
             wal=False,
-            uncommitted_max_bytes=self.uncommitted_max_bytes,
+            uncommitted_max_bytes=self.options.uncommitted_max_bytes,
             replayable=True,
-            rocks_memory=self.rocks_memory,
+            rocks_memory=self.resources.rocks_memory,
         )
 
     def _forget_local_changelogs(self) -> None:
@@ -269,8 +269,7 @@ class PartitionState:
 
     def store(self, name: str) -> Any:
         """The store `name` (behind the record cache when the partition has one)."""
-        if self._db is None:
-            raise StateStoreError(f"partition {self.partition} is not open")
+        self._require_open()
         try:
             return self._stores[name]
         except KeyError:
@@ -287,47 +286,36 @@ class PartitionState:
 
     def watch_uncommitted(self, threshold: int, watcher: Callable[[int], None] | None) -> None:
         """Call `watcher(total bytes)` once when this batch's uncommitted bytes pass `threshold`."""
-        if self._db is None:
-            raise StateStoreError(f"partition {self.partition} is not open")
-        self._db.budget.watch(threshold, watcher)
+        self._require_open().budget.watch(threshold, watcher)
 
     # -- prepare and close --------------------------------------------------------------
 
     def prepare(self) -> PartitionMetrics:
         """Write this batch's change set as a changelog, locally and durably."""
-        db = self._db
-        if db is None:
-            raise StateStoreError(f"partition {self.partition} is not open")
-        if self._prepared is not None:
+        db = self._require_open()
+        if self.lifecycle is Lifecycle.PREPARED:
             raise StateStoreError(f"batch {self.batch_id} of partition {self.partition} is already prepared")
         started = time.perf_counter()
         self.flush_caches()
-        version = self.batch_id
-        if version is None:
-            raise StateStoreError(f"partition {self.partition} has no batch open")
+        version = cast(int, self.batch_id)  # set by open() with the lifecycle
         self.metrics.uncommitted_bytes_peak = db.uncommitted_bytes_peak
         self.metrics.spills = db.metrics.spills
         os.makedirs(self.local.changelog_dir, exist_ok=True)
         path = self.local.changelog(version)
         temp = path + ".tmp"
-        header = {
-            "partition": self.partition,
-            "version": version,
-            "base_version": self.committed.version,
-            "base_id": self.committed.id,
-            "stores": list(db.stores),
-            "layout": self.layout.as_dict(),
-        }
+        header = ChangelogHeader(
+            self.partition, version, self.committed.version, self.committed.id, tuple(db.stores), self.layout.as_dict()
+        )
         with open(temp, "wb") as out:
             writer = ChangelogWriter(out, header)
             db.write_changes(writer)
             prepared = VersionId(version, writer.finish())
         os.replace(temp, path)
         fault_point("prepare:after-local-write")
-        if self._commit_log.exists(str(version)):
+        if self._commit_log.exists(commit_name(version)):
             raise AttemptSupersededError(
                 f"batch {version} of partition {self.partition} was already committed by another attempt "
-                f"({self._commit_log.uri(str(version))} exists): this attempt's changes are discarded"
+                f"({self._commit_log.uri(commit_name(version))} exists): this attempt's changes are discarded"
             )
         info = publish_changelog(self.durable, version, path, prepared.id, self.local.changelog_dir)
         fault_point("prepare:after-publish")
@@ -336,6 +324,7 @@ class PartitionState:
             for name in self._cached:
                 self.cache.rename(f"{self._namespace(name)}{self.committed}", f"{self._namespace(name)}{prepared}")
         self._prepared = prepared
+        self.lifecycle = Lifecycle.PREPARED
         self.metrics.changelog_records = writer.records
         self.metrics.changelog_bytes = info.size
         self.metrics.prepare_seconds = time.perf_counter() - started
@@ -356,13 +345,15 @@ class PartitionState:
 
     def close(self) -> None:
         """Release the partition; writes that were not prepared are discarded."""
-        db = self._db
-        if db is None:
+        if self.lifecycle is Lifecycle.CLOSED:
             return
+        db = cast(TransactionalDatabase, self._db)
+        prepared = self.lifecycle is Lifecycle.PREPARED
         self._db = None
+        self.lifecycle = Lifecycle.CLOSED
         kept = False
         try:
-            if self._prepared is None:
+            if not prepared:
                 for store in self._cached.values():
                     store.clear_cache()  # may hold writes of the failed attempt
             else:

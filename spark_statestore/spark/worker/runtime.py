@@ -26,19 +26,29 @@ import atexit
 import math
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.partition.local import sweep_idle_copies
 from spark_statestore.partition.open_copies import OpenCopies
+from spark_statestore.partition.options import WorkerResources
 from spark_statestore.partition.uploads import Uploader
+from spark_statestore.spark.driver.operator import OperatorConfig
+from spark_statestore.spark.driver.settings import StateStoreSettings
+from spark_statestore.spark.worker.task import TaskInfo
 from spark_statestore.stores.rocksdb import RocksMemory
 
-if TYPE_CHECKING:
-    from spark_statestore.spark.worker.task_state import TaskState
-
-
 SWEEP_EVERY_SECONDS = 600.0
+
+
+class OpenTaskState(Protocol):
+    """A task's state as the runtime tracks it (`task_state.TaskState`): released by
+    `abort()` when its task left it open."""
+
+    config: OperatorConfig
+    task: TaskInfo
+
+    def abort(self) -> None: ...
 
 
 class WorkerRuntime:
@@ -48,7 +58,7 @@ class WorkerRuntime:
         self.cache: ThreadCache | None = None
         self.rocks_memory: RocksMemory | None = None
         self.uploader = Uploader()
-        self.open_states: dict[int, "TaskState"] = {}
+        self.open_states: dict[int, OpenTaskState] = {}
         self.open_copies: OpenCopies | None = None
         self._swept_at = -math.inf
 
@@ -80,6 +90,17 @@ class WorkerRuntime:
             copies = self.open_copies = OpenCopies(max_copies, idle_seconds)
         return copies
 
+    def resources_for(self, settings: StateStoreSettings) -> WorkerResources:
+        """What the partitions of a task with these settings share: the local directory, the
+        record cache and RocksDB budget sized to one task slot, the uploader, the open copies."""
+        return WorkerResources(
+            settings.resolve_local_dir(),
+            cache=self.cache_for(settings.cache_bytes_per_task()),
+            rocks_memory=self.rocks_memory_for(settings.rocksdb_bytes_per_task()),
+            uploader=self.uploader,
+            open_copies=self.open_copies_for(settings.keep_open_partitions, settings.keep_open_idle_seconds),
+        )
+
     def sweep(self, local_dir: str, max_idle_seconds: float) -> list[str]:
         """Delete local copies idle for `max_idle_seconds` (rate-limited per worker)."""
         now = time.monotonic()
@@ -93,10 +114,10 @@ class WorkerRuntime:
         for state in list(self.open_states.values()):
             state.abort()
 
-    def opened(self, state: "TaskState") -> None:
+    def opened(self, state: OpenTaskState) -> None:
         self.open_states[id(state)] = state
 
-    def released(self, state: "TaskState") -> None:
+    def released(self, state: OpenTaskState) -> None:
         self.open_states.pop(id(state), None)
 
     def shutdown(self) -> None:

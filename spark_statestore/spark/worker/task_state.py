@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from spark_statestore.cache.change import Change
 from spark_statestore.errors import StateStoreError
+from spark_statestore.partition.options import PartitionOptions
 from spark_statestore.partition.state import PartitionState
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.operator import OperatorConfig
@@ -55,23 +56,22 @@ class TaskState:
         runtime.abort_stale()
         settings = self.config.settings
         runtime.sweep(settings.resolve_local_dir(), settings.local_max_idle_seconds)
-        cache = runtime.cache_for(settings.cache_bytes_per_task())
-        self._cache_start = cache.stats() if cache is not None else {}
+        resources = runtime.resources_for(settings)
+        self._cache_start = resources.cache.stats() if resources.cache is not None else {}
+        options = PartitionOptions(
+            snapshot_interval=settings.snapshot_interval,
+            min_batches_to_retain=settings.min_batches_to_retain,
+            uncommitted_max_bytes=settings.uncommitted_max_bytes,
+            lock_timeout=settings.lock_timeout,
+            partitions=self.config.partitions,
+        )
         partition = PartitionState(
             self.config.checkpoint_location,
             self.task.partition,
             [d.spec() for d in self.config.declarations],
-            local_dir=settings.resolve_local_dir(),
-            snapshot_interval=settings.snapshot_interval,
-            min_batches_to_retain=settings.min_batches_to_retain,
-            uncommitted_max_bytes=settings.uncommitted_max_bytes,
-            cache=cache,
+            resources,
+            options,
             on_changes=self._on_changes,
-            lock_timeout=settings.lock_timeout,
-            partitions=self.config.partitions,
-            uploader=runtime.uploader,
-            rocks_memory=runtime.rocks_memory_for(settings.rocksdb_bytes_per_task()),
-            open_copies=runtime.open_copies_for(settings.keep_open_partitions, settings.keep_open_idle_seconds),
         )
         partition.open(self.task.batch_id)
         self.partition = partition

@@ -1,0 +1,93 @@
+"""`DurableHistory`: a partition's durable versions as one listing shows them.
+
+A load lists the partition's durable directory once (and again only when files vanish
+under it): the changelogs by version, the snapshot versions, and, for versions that a late
+attempt published over, which file the next version builds on (`follow_chain`). The ids
+of durable changelogs are read from their trailers as they are needed, once each.
+
+`StaleCopy` says a copy cannot be brought to the wanted version (it is rebuilt instead);
+`Vanished` that a file listed a moment ago is gone (list again and start over).
+"""
+
+from __future__ import annotations
+
+import pyarrow.fs as pafs
+
+from spark_statestore.checkpoint.changelog import durable_changelog_id, follow_chain
+from spark_statestore.checkpoint.filesystem import DurableDir
+from spark_statestore.checkpoint.names import changelog_name, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.snapshots import read_manifest
+
+
+class StaleCopy(Exception):
+    """The local copy cannot be brought to the wanted version (it is rebuilt instead)."""
+
+
+class Vanished(StaleCopy):
+    """A file listed a moment ago is gone (retention ran): list again and start over."""
+
+
+class DurableHistory:
+    """The durable changelogs and snapshots of a partition, as listed once (see module docstring)."""
+
+    def __init__(
+        self,
+        durable: DurableDir,
+        partition: int,
+        changelogs: dict[int, pafs.FileInfo],
+        snapshots: list[int],
+        chosen: dict[int, tuple[str, int]],
+    ) -> None:
+        self.durable = durable
+        self.partition = partition
+        self.changelogs = changelogs  # version -> file info
+        self.snapshots = snapshots  # ascending
+        self._chosen = chosen  # versions whose set-aside file is on the chain
+        self._ids = {version: ident for version, (_, ident) in chosen.items()}  # durable ids read so far
+
+    @staticmethod
+    def read(durable: DurableDir, partition: int, head: int) -> DurableHistory:
+        """List `durable` (of `partition`), following the chain of identities down from version `head`."""
+        changelogs, asides = list_changelogs(durable)
+        snapshots = snapshot_versions(durable)
+        chosen = follow_chain(durable, changelogs, asides, head)
+        return DurableHistory(durable, partition, changelogs, snapshots, chosen)
+
+    def name(self, version: int) -> str:
+        """The durable file of `version` on the chain (normally `N.changelog`)."""
+        chosen = self._chosen.get(version)
+        return changelog_name(version) if chosen is None else chosen[0]
+
+    def changelog_uri(self, version: int) -> str:
+        """Where `N.changelog` is (or should be), for messages."""
+        return self.durable.uri(changelog_name(version))
+
+    def durable_id(self, version: int) -> int:
+        """The id of the durable changelog of `version` (from its trailer: one small read)."""
+        ident = self._ids.get(version)
+        if ident is None:
+            name = changelog_name(version)
+            try:
+                ident = durable_changelog_id(self.durable, name, version, self.changelogs[version].size)
+            except FileNotFoundError as e:
+                raise Vanished(f"changelog {self.durable.uri(name)} disappeared") from e
+            self._ids[version] = ident
+        return ident
+
+    def downloaded(self, version: int, ident: int) -> None:
+        """The changelog of `version` downloaded just now has id `ident`: if it was replaced
+        since its trailer was read, the new id is the durable one from now on."""
+        self._ids[version] = ident
+
+    def identity(self, version: int) -> int | None:
+        """The id the durable history gives `version` (its changelog's, else its snapshot's;
+        None when it has neither)."""
+        if version in self.changelogs:
+            return self.durable_id(version)
+        if version in self.snapshots:
+            return int(read_manifest(self.durable, version).get("version_id", 0))
+        return None
+
+    def snapshots_between(self, low: int, high: int) -> list[int]:
+        """Snapshot versions in (low, high], ascending."""
+        return [v for v in self.snapshots if low < v <= high]
