@@ -11,8 +11,8 @@ import os
 
 import pandas as pd
 import pytest
-
 import spark_jobs
+
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, metrics_for, partition_function, register_reader, with_stores
 

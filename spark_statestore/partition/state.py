@@ -339,7 +339,7 @@ class PartitionState:
             for name in self._cached:
                 self.cache.rename(f"{self._namespace(name)}{self.committed}", f"{self._namespace(name)}{prepared}")
         self._prepared = prepared
-        self.metrics.changelog_records = writer.records
+        self.metrics.rows_written = writer.records
         self.metrics.changelog_bytes = info.size
         self.metrics.prepare_seconds = time.perf_counter() - started
         return self.metrics
