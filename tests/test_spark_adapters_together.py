@@ -15,6 +15,7 @@ import spark_jobs
 
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, metrics_for, partition_function, register_reader, with_stores
+from spark_statestore.spark.session import session_services
 
 pytestmark = pytest.mark.spark
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
@@ -47,17 +48,17 @@ def _start(spark, adapter: str, job: str):
     events = spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
     if adapter == "StoreProcessor":
         out = events.groupBy("key").transformWithStateInPandas(
-            spark_jobs.KeyTotals(checkpoint), "key string, total long", "Update", "None"
+            spark_jobs.KeyTotals(checkpoint, spark=spark), "key string, total long", "Update", "None"
         )
     elif adapter == "with_stores":
-        fn = with_stores(spark_jobs.group_totals(), checkpoint, TOTALS)
+        fn = with_stores(spark_jobs.group_totals(), checkpoint, TOTALS, spark=spark)
         out = events.groupBy("key").applyInPandasWithState(
             fn, "key string, total long, batch_id long, calls long", "calls long", "Update",
             GroupStateTimeout.NoTimeout,
         )
     else:
         fn = partition_function(spark_jobs.partition_totals(), checkpoint, TOTALS, partitions=PARTITIONS,
-                                emit_changes=False)
+                                emit_changes=False, spark=spark)
         out = events.repartition(PARTITIONS, "key").mapInArrow(fn, "key string")
     query = (
         out.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint)
@@ -102,3 +103,18 @@ def test_adapters_side_by_side(spark, workdir, adapters):
     running = [_start(spark, adapter, str(workdir / f"{n}-{adapter}")) for n, adapter in enumerate(adapters)]
     for checkpoint, query in running:
         _check(spark, checkpoint, query)
+
+
+@pytest.mark.parametrize("adapter", ["StoreProcessor", "partition_function"])
+def test_an_operator_in_a_new_session_after_its_parent_had_one(spark, workdir, adapter):
+    """A session made by `newSession()` has services of its own: its operator registers the
+    state reader in it although its parent (the active session) registered it already."""
+    _check(spark, *_start(spark, adapter, str(workdir / "parent")))
+    child = spark.newSession()
+    child.conf.set("spark.statestore.localDir", str(workdir / "child-local"))
+    child.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
+    try:
+        _check(child, *_start(child, adapter, str(workdir / "child")))
+        assert metrics_for(child) is not metrics_for(spark)
+    finally:
+        session_services(child).stop()

@@ -38,6 +38,9 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
   checks, when activated, that the class still has it.
 * `ARROW_SCHEMA`: `pyspark.sql.pandas.types.to_arrow_schema`, the Arrow schema of a Spark
   schema, for the Arrow batches per-partition processing emits.
+* `ACTIVE_SESSION`: `SparkSession.setActiveSession` in the JVM, to register the state
+  reader's formats in a session made by `newSession()` (Spark checks a registration
+  against the active session's formats).
 * `ACCUMULATOR_REGISTRY`: the driver adds the tasks' accumulator updates to the object
   its registry (`pyspark.accumulators._accumulatorRegistry`) holds under their id.
 """
@@ -51,6 +54,7 @@ import pyspark
 from spark_statestore.spark.compat import minors, tasks
 from spark_statestore.spark.compat.checks import check_internals
 from spark_statestore.spark.compat.driver import (
+    active_session,
     context_stopped,
     drain_listener_bus,
     driver_jvm,
@@ -68,6 +72,7 @@ __all__ = [
     "FACTS",
     "QUERY_ID_PROPERTY",
     "PysparkInternalError",
+    "active_session",
     "arrow_schema",
     "check_internals",
     "context_stopped",

@@ -3,7 +3,8 @@ listener bus, log4j, the scheduler's cores and the accumulator registry."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import pyspark
 
@@ -35,6 +36,32 @@ def py4j_gateway(spark: Any) -> Any:
 def context_stopped(spark: Any) -> bool:
     """Whether the session's SparkContext was stopped (`SparkContext._jsc` is then None)."""
     return spark.sparkContext._jsc is None
+
+
+@contextlib.contextmanager
+def active_session(spark: Any) -> Iterator[None]:
+    """Make `spark` the JVM's active session of this thread while the block runs, then
+    restore the previous one. Spark checks a data source registration against the active
+    session's data sources, not those of the session it is made in: a session made by
+    `newSession()` is refused a format its parent (the active session) has registered,
+    and without it the format is not found in it. Nothing to do without a JVM."""
+    jsession = jvm_session(spark)
+    if jsession is None:
+        yield
+        return
+    try:
+        sessions = driver_jvm(spark).org.apache.spark.sql.SparkSession
+        previous = sessions.getActiveSession()
+        sessions.setActiveSession(jsession)
+    except Exception as e:
+        raise _error("ACTIVE_SESSION", f"SparkSession.setActiveSession through SparkSession._jvm failed: {e}") from e
+    try:
+        yield
+    finally:
+        if previous.isDefined():
+            sessions.setActiveSession(previous.get())
+        else:
+            sessions.clearActiveSession()
 
 
 def drain_listener_bus(spark: Any, timeout_ms: int = 10_000) -> None:
