@@ -84,7 +84,7 @@ def per_version_latency(checkpoint: str, local: str, keys: int, changes: int, ve
         closed = time.perf_counter()
         if batch > 2:  # batch 2 has no changelog of 10k changes to apply yet
             timings.append((opened - started, closed - written))
-        bytes_per_change = metrics.changelog_bytes / metrics.changelog_records
+        bytes_per_change = metrics.changelog_bytes / metrics.rows_written
     timings.sort(key=sum)
     median = timings[len(timings) // 2]
     return {"open": median[0], "prepare_close": median[1], "total": sum(median), "bytes_per_change": bytes_per_change}

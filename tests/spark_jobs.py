@@ -10,6 +10,9 @@ from typing import Any
 
 from pyspark import cloudpickle
 
+from spark_statestore import Serdes
+from spark_statestore.spark import KeyValue, StoreProcessor
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import windowed_counts  # noqa: E402
 
@@ -99,3 +102,17 @@ def partition_totals(raise_in=(), kill_in=()):
         return iter(())
 
     return totals
+
+
+class KeyTotals(StoreProcessor):
+    """transformWithStateInPandas: a running total per key in a store."""
+
+    stores = [KeyValue("totals", Serdes.string(), Serdes.int64())]
+
+    def process_rows(self, key: Any, rows: Any, timer_values: Any) -> Any:
+        import pandas as pd
+
+        store = self.store("totals")
+        total = (store.get(key[0]) or 0) + sum(len(frame) for frame in rows)
+        store.put(key[0], total)
+        yield pd.DataFrame({"key": [key[0]], "total": [total]})

@@ -31,7 +31,7 @@ def test_each_batch_sees_the_state_after_the_previous_one(dirs):
         kv.put(b"batches", b"%d" % (batch + 1))
         assert kv.get(b"batches") == b"%d" % (batch + 1)  # reads see this batch's writes
         metrics = state.prepare()
-        assert metrics.changelog_records == 1 and metrics.changelog_bytes > 0
+        assert metrics.rows_written == 1 and metrics.changelog_bytes > 0
         state.close()
     assert sorted(os.listdir(os.path.join(checkpoint, "statestore", "3"))) == [f"{b}.changelog" for b in range(5)]
 

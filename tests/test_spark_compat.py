@@ -4,12 +4,17 @@ no longer has it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import subprocess
+import sys
 
 import pandas as pd
+import pyspark
 import pytest
 
 from spark_statestore.spark import compat
+from spark_statestore.spark.compat import minors
 from spark_statestore.spark.driver.metrics import TaskRecordsParam
 
 
@@ -31,6 +36,65 @@ def test_a_missing_tws_client_method_is_named(monkeypatch):
     monkeypatch.delattr(StatefulProcessorApiClient, "get_timestamps")
     with pytest.raises(compat.PysparkInternalError, match="TWS_HANDLE_TIMESTAMPS.*get_timestamps"):
         compat.check_internals()
+
+
+def test_a_missing_worker_function_is_named(monkeypatch):
+    """A pyspark whose worker lost the task function (4.0-4.2 had none of that name) fails
+    with our error naming it, the version and the supported range, not an AttributeError."""
+    from pyspark import worker
+
+    monkeypatch.delattr(worker, compat.FACTS.task_function)
+    with pytest.raises(compat.PysparkInternalError) as error:
+        compat.check_internals()
+    message = str(error.value)
+    assert f"pyspark.worker.{compat.FACTS.task_function} is gone" in message
+    assert "WORKER_SENDS_ACCUMULATORS_LAST" in message
+    assert f"pyspark {pyspark.__version__}" in message and "supports pyspark 4.3" in message
+
+
+def test_a_changed_read_udfs_is_named(monkeypatch):
+    from pyspark import worker
+
+    monkeypatch.setattr(worker, "read_udfs", lambda pickleSer, udf_info_list: None)
+    with pytest.raises(compat.PysparkInternalError, match=r"UDF_UNPICKLED_IN_TASK.*read_udfs takes \('pickleSer'"):
+        compat.check_internals()
+
+
+def test_a_missing_tws_client_module_is_named(monkeypatch):
+    facts = dataclasses.replace(compat.FACTS, tws_client_module="pyspark.sql.streaming.no_such_client")
+    monkeypatch.setitem(minors.MINORS, "4.3", facts)
+    with pytest.raises(compat.PysparkInternalError, match="TWS_HANDLE_TIMESTAMPS.*no_such_client"):
+        compat.check_internals()
+
+
+@pytest.mark.parametrize("version", ["4.2.1", "4.4.0", "3.5.3"])
+def test_an_unsupported_minor_is_named(monkeypatch, version):
+    monkeypatch.setattr(pyspark, "__version__", version)
+    with pytest.raises(compat.PysparkInternalError) as error:
+        compat.check_internals()
+    assert f"pyspark {version} is not supported" in str(error.value)
+    assert "known for pyspark 4.3 only" in str(error.value)
+
+
+def test_minor_of_a_version():
+    assert [minors.minor_of(v) for v in ("4.3.0", "4.3.1.dev0", "4.3")] == ["4.3", "4.3", "4.3"]
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "import pyspark; pyspark.__version__ = '4.1.0'",
+        "from pyspark import worker; del worker.invoke_udf",
+    ],
+)
+def test_the_import_fails_with_our_error(patch):
+    """What `import spark_statestore.spark` does on a pyspark without the internals."""
+    script = f"{patch}\nimport spark_statestore.spark"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("spark_statestore.spark.compat.minors.PysparkInternalError: pyspark "), last
+    assert "pyspark 4.3" in last
 
 
 def test_a_handle_without_the_api_client_is_named():
@@ -105,3 +169,60 @@ def test_task_local_properties_name_the_batch_and_query(spark, tmp_path):
     rows = seen[0][1]
     assert len(rows) == 2
     assert {(r["batch"], r["query"]) for r in rows} == {("0", str(query.id))}
+
+
+def test_an_accumulator_made_with_the_same_id_is_noticed():
+    from pyspark.accumulators import Accumulator, _accumulatorRegistry
+
+    aid = 10**9  # no SparkContext hands out this id
+    try:
+        ours = Accumulator(aid, [], TaskRecordsParam())
+        assert compat.receives_updates(ours)
+        Accumulator(aid, [], TaskRecordsParam())
+        assert not compat.receives_updates(ours)
+    finally:
+        _accumulatorRegistry.pop(aid, None)
+
+
+@pytest.mark.spark
+def test_the_collector_warns_when_its_accumulator_was_displaced(spark, caplog):
+    """Issue 28's silent loss of task records becomes a warning naming the accumulator id."""
+    from pyspark.accumulators import Accumulator, _accumulatorRegistry
+
+    from spark_statestore.spark.driver.metrics import StateStoreMetrics
+
+    metrics = StateStoreMetrics(spark)
+    aid = metrics.accumulator.aid
+    try:
+        metrics.drain()
+        assert "another accumulator" not in caplog.text
+        Accumulator(aid, [], TaskRecordsParam())
+        metrics.drain()
+        assert f"another accumulator was registered with id {aid}" in caplog.text
+    finally:
+        _accumulatorRegistry[aid] = metrics.accumulator
+        metrics.stop()
+
+
+@pytest.mark.spark
+def test_a_missing_trigger_clock_field_is_named(spark, monkeypatch):
+    """The shim is told the trigger clock field (TRIGGER_CLOCK) and reports when the JVM's
+    query execution class no longer has it: the early trigger is then unavailable, saying why."""
+    from spark_statestore.spark.driver.jvm import activate_shim
+
+    monkeypatch.setattr(compat, "FACTS", dataclasses.replace(compat.FACTS, trigger_clock_field="noSuchClock"))
+    status = activate_shim(spark.newSession())
+    assert not status.available
+    assert "TRIGGER_CLOCK" in status.reason and "StreamExecution.noSuchClock is not found" in status.reason
+    assert "NoSuchFieldException" in status.reason and "supports pyspark 4.3" in status.reason
+
+
+@pytest.mark.spark
+def test_the_arrow_schema_of_a_ddl(spark, monkeypatch):
+    schema = compat.arrow_schema("key string, n long")
+    assert [(f.name, str(f.type)) for f in schema] == [("key", "string"), ("n", "int64")]
+    import pyspark.sql.pandas.types as types
+
+    monkeypatch.delattr(types, "to_arrow_schema")
+    with pytest.raises(compat.PysparkInternalError, match="ARROW_SCHEMA.*to_arrow_schema is gone"):
+        compat.arrow_schema("key string")

@@ -179,16 +179,24 @@ def test_a_different_partition_count_is_refused_on_the_driver(spark, job):
 # -- a consumer that stops reading releases the partition ---------------------------------
 
 
-def _adapter_config(tmp_path):
-    from pyspark.accumulators import Accumulator
+class TaskRecords:
+    """Stands in for the metrics accumulator outside Spark. (A pyspark `Accumulator(0, ...)`
+    made here would replace the session's metrics accumulator, also id 0, in the driver's
+    registry of accumulators, and every later query's task records would land in it: issue 28.)"""
 
-    from spark_statestore.spark.driver.metrics import TaskRecordsParam
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def add(self, records: list[dict]) -> None:
+        self.records.extend(records)
+
+
+def _adapter_config(tmp_path):
     from spark_statestore.spark.driver.operator import OperatorConfig
     from spark_statestore.spark.driver.settings import LOCAL_DIR, StateStoreSettings
 
     settings = StateStoreSettings.from_conf({LOCAL_DIR: str(tmp_path / "local")}.get)
-    accumulator = Accumulator(0, [], TaskRecordsParam())
-    return OperatorConfig(str(tmp_path / "ck"), tuple(TOTALS), settings, accumulator)
+    return OperatorConfig(str(tmp_path / "ck"), tuple(TOTALS), settings, TaskRecords())
 
 
 def _partition_is_free(config):

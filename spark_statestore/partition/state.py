@@ -325,7 +325,7 @@ class PartitionState:
                 self.cache.rename(f"{self._namespace(name)}{self.committed}", f"{self._namespace(name)}{prepared}")
         self._prepared = prepared
         self.lifecycle = Lifecycle.PREPARED
-        self.metrics.changelog_records = writer.records
+        self.metrics.rows_written = writer.records
         self.metrics.changelog_bytes = info.size
         self.metrics.prepare_seconds = time.perf_counter() - started
         return self.metrics

@@ -28,6 +28,7 @@ import pandas as pd
 
 from spark_statestore.cache.change import Change
 from spark_statestore.errors import StateStoreError
+from spark_statestore.spark import compat
 from spark_statestore.spark.declarations import Declaration
 from spark_statestore.spark.driver.operator import OperatorConfig, build_operator
 from spark_statestore.spark.worker.task import TaskInfo, current_task
@@ -67,7 +68,7 @@ def partition_function(
         raise TypeError(f"func must be callable, got {type(func).__name__}: {func!r}")
     operator = "mapInArrow" if arrow else "mapInPandas"
     config, _ = build_operator(checkpoint_location, stores, operator, spark, partitions)
-    rows = ChangeRows(config, arrow, _arrow_schema(output_schema) if arrow and output_schema else None)
+    rows = ChangeRows(config, arrow, compat.arrow_schema(output_schema) if arrow and output_schema else None)
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         task = current_task()
@@ -140,10 +141,3 @@ def changes_frame(batch_id: int, forwarded: list[tuple[str, Change]], declaratio
             )
         )
     return pd.DataFrame(rows, columns=CHANGE_COLUMNS)
-
-
-def _arrow_schema(ddl: str) -> Any:
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import DataType
-
-    return to_arrow_schema(DataType.fromDDL(ddl))

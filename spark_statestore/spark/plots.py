@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from spark_statestore.spark.task_metrics import metric_name
+
+BATCH, ROWS, PEAK, SPILLS = map(metric_name, ("batch_id", "rows_written", "uncommitted_bytes_peak", "spills"))
+HITS, MISSES, OPEN, PREPARE = map(metric_name, ("cache_hits", "cache_misses", "open_seconds", "prepare_seconds"))
 PANELS = (
-    ("rows written to state", ("rows_written",), "rows"),
-    ("uncommitted bytes (peak per task) and spills", ("uncommitted_bytes_peak", "spills"), "bytes"),
+    ("rows written to state", (ROWS,), "rows"),
+    ("uncommitted bytes (peak per task) and spills", (PEAK, SPILLS), "bytes"),
     ("record cache hit ratio", ("cache_hit_ratio",), "hits / lookups"),
     ("state open and prepare (slowest task)", ("open_ms", "prepare_ms"), "ms"),
 )
@@ -21,11 +25,11 @@ PANELS = (
 
 def metric_columns(frame: Any) -> Any:
     """`frame` with the derived columns the plots use (hit ratio, times in ms)."""
-    out = frame.sort_values("batch_id").copy()
-    lookups = out["cache_hits"] + out["cache_misses"]
-    out["cache_hit_ratio"] = (out["cache_hits"] / lookups.where(lookups > 0)).fillna(0.0)
-    out["open_ms"] = out["open_seconds"] * 1000
-    out["prepare_ms"] = out["prepare_seconds"] * 1000
+    out = frame.sort_values(BATCH).copy()
+    lookups = out[HITS] + out[MISSES]
+    out["cache_hit_ratio"] = (out[HITS] / lookups.where(lookups > 0)).fillna(0.0)
+    out["open_ms"] = out[OPEN] * 1000
+    out["prepare_ms"] = out[PREPARE] * 1000
     return out
 
 
@@ -39,18 +43,18 @@ def plot_metrics(frame: Any, title: str | None = None) -> Any:
     data = metric_columns(frame)
     figure = Figure(figsize=(11, 6.5), layout="constrained")
     axes = figure.subplots(2, 2).ravel()
-    batches = data["batch_id"]
+    batches = data[BATCH]
     for ax, (name, columns, unit) in zip(axes, PANELS, strict=True):
         for column in columns:
-            if column == "spills":
+            if column == SPILLS:
                 twin = ax.twinx()
                 twin.bar(batches, data[column], alpha=0.25, color="tab:red", label="spills")
                 twin.set_ylabel("spills")
             else:
                 ax.plot(batches, data[column], marker="o", label=column.replace("_", " "))
-        if "early_triggers" in data and columns[0] == "uncommitted_bytes_peak":
+        if "early_triggers" in data and columns[0] == PEAK:
             early = data[data["early_triggers"] > 0]
-            ax.scatter(early["batch_id"], early["uncommitted_bytes_peak"], marker="^", s=80, color="tab:green",
+            ax.scatter(early[BATCH], early[PEAK], marker="^", s=80, color="tab:green",
                        label="next batch started early", zorder=3)
         ax.set_title(name)
         ax.set_xlabel("batch")

@@ -45,6 +45,7 @@ from pyspark.sql.types import (
 from spark_statestore.partition.reading import StateLocation, VersionReader, change_count, changes, uncommitted_version
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.serde import serde_for
+from spark_statestore.spark import compat
 from spark_statestore.txn.isolation import IsolationLevel
 
 FORMAT = "spark_statestore"
@@ -447,6 +448,8 @@ class MetadataReader(DataSourceReader):
 
 
 def register_reader(spark: Any) -> None:
-    """Register the `spark_statestore` and `spark_statestore_metadata` formats in a session."""
-    spark.dataSource.register(StateStoreDataSource)
-    spark.dataSource.register(StateMetadataDataSource)
+    """Register the `spark_statestore` and `spark_statestore_metadata` formats in a session
+    (as its active session: see `compat.active_session`)."""
+    with compat.active_session(spark):
+        spark.dataSource.register(StateStoreDataSource)
+        spark.dataSource.register(StateMetadataDataSource)

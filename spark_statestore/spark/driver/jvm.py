@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spark_statestore.spark import compat
+
 log = logging.getLogger("spark_statestore.spark.driver.jvm")
 
 SHIM_CLASS = "io.sparkstatestore.shim.EarlyTrigger"
@@ -70,16 +72,13 @@ class _Unavailable(Exception):
 
 def _jvm_session(spark: Any) -> Any:
     """The session's JVM object; `_Unavailable` for Spark Connect or a stopped context."""
-    try:
-        jsession = getattr(spark, "_jsparkSession", None)
-    except Exception:  # noqa: BLE001 - Spark Connect raises its own errors for JVM attributes
-        jsession = None
+    jsession = compat.jvm_session(spark)
     if jsession is None:
         raise _Unavailable(
             f"{type(spark).__module__}.{type(spark).__name__} has no driver JVM reachable from Python "
             "(a Spark Connect session?); early triggers need a classic SparkSession"
         )
-    if spark.sparkContext._jsc is None:
+    if compat.context_stopped(spark):
         raise _Unavailable("the SparkContext is stopped")
     return jsession
 
@@ -88,7 +87,7 @@ def _classpath_facade(spark: Any) -> Any | None:
     """A shim facade from the driver's classpath, None if the classes are not on it."""
     from py4j.java_gateway import JavaClass
 
-    node = spark._jvm
+    node = compat.driver_jvm(spark)
     for part in SHIM_CLASS.split("."):
         node = getattr(node, part)
     return node() if isinstance(node, JavaClass) else None
@@ -104,7 +103,7 @@ def _load_packaged(spark: Any, jsession: Any) -> Any:
         )
     from py4j.protocol import Py4JError
 
-    gateway, jvm = spark.sparkContext._gateway, spark._jvm
+    gateway, jvm = compat.py4j_gateway(spark), compat.driver_jvm(spark)
     try:
         urls = gateway.new_array(jvm.java.net.URL, 1)
         urls[0] = jvm.java.io.File(jar).toURI().toURL()
@@ -125,7 +124,7 @@ def _facade(spark: Any, load: bool) -> tuple[Any, str]:
     """The driver's shim facade and where its classes came from, found once per driver
     JVM; with `load`, the packaged jar is loaded when the classes are not on the classpath."""
     jsession = _jvm_session(spark)
-    key = id(spark.sparkContext._gateway)
+    key = id(compat.py4j_gateway(spark))
     with _lock:
         found = _facades.get(key)
         if found is None:
@@ -143,10 +142,17 @@ def _facade(spark: Any, load: bool) -> tuple[Any, str]:
 def activate_shim(spark: Any) -> ShimStatus:
     """Make the clock-installing listener active in a SparkSession's driver (once per
     session; later calls only report). Never raises: the status says why it is unavailable."""
+    execution_class, clock_field = compat.trigger_clock()
     try:
         facade, source = _facade(spark, load=True)
-        registered = facade.register(spark._jsparkSession)
+        missing = facade.missingField(execution_class, clock_field)
+        if missing is not None:
+            raise compat.internal_error("TRIGGER_CLOCK", f"{execution_class}.{clock_field} is not found: {missing}")
+        registered = facade.register(compat.jvm_session(spark), clock_field)
     except _Unavailable as e:
+        return ShimStatus(False, str(e))
+    except compat.PysparkInternalError as e:
+        log.warning("spark_statestore early trigger unavailable: %s", e)
         return ShimStatus(False, str(e))
     except Exception as e:  # noqa: BLE001 - py4j and JVM failures become a status
         return ShimStatus(False, f"cannot register the early-trigger listener: {_java_message(e)}")

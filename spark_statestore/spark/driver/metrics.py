@@ -1,8 +1,8 @@
 """Task metrics of the state layer, gathered per micro-batch on the driver.
 
-Each task adds one record (batch, partition, attempt and what it measured) to an
-accumulator in `close()`; accumulator updates reach the driver before the batch's
-`onQueryProgress`. A `StreamingQueryListener` then drains the accumulator, keeps one
+Each task adds its record (`TaskMetrics`: batch, partition, attempt and what it
+measured) to an accumulator in `close()`; accumulator updates reach the driver before
+the batch's `onQueryProgress`. A `StreamingQueryListener` then drains the accumulator, keeps one
 record per (query, batch, partition) - the latest attempt, since a re-run batch may
 report twice - and keeps a per-batch summary for `recent()`, logged to the driver log.
 """
@@ -20,23 +20,9 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.governor import BatchReport
+from spark_statestore.spark.task_metrics import summarize
 
 log = logging.getLogger("spark_statestore.spark")
-
-SUMMED = (
-    "rows_written",
-    "changelog_bytes",
-    "spills",
-    "cache_hits",
-    "cache_misses",
-    "cache_evictions",
-    "cache_flushes",
-    "dropped_records",
-    "changelogs_applied",
-    "restored",
-    "kept_open",
-)
-MAXED = ("open_seconds", "apply_seconds", "restore_seconds", "prepare_seconds", "uncommitted_bytes_peak")
 
 
 class TaskRecordsParam(AccumulatorParam):
@@ -49,21 +35,6 @@ class TaskRecordsParam(AccumulatorParam):
     def addInPlace(self, value1: list, value2: list) -> list:
         value1.extend(value2)
         return value1
-
-
-def summarize(records: list[dict]) -> dict:
-    """One batch: sums of counters and maxima of latencies over its partitions."""
-    out: dict[str, Any] = {
-        "query_id": records[0].get("query_id"),
-        "batch_id": records[0]["batch_id"],
-        "partitions": len(records),
-        "attempts": sum(1 for r in records if r.get("attempt", 0) > 0),
-    }
-    for key in SUMMED:
-        out[key] = sum(int(r.get(key, 0) or 0) for r in records)
-    for key in MAXED:
-        out[key] = max(float(r.get(key, 0) or 0) for r in records)
-    return out
 
 
 class StateStoreMetrics:
@@ -85,10 +56,12 @@ class StateStoreMetrics:
         self._starts: dict[tuple, int] = {}  # batch start times (epoch ms) from Spark's progress
         self._stopped = False
         self._governor = governor
+        self._displaced = False
         spark.streams.addListener(self._listener)
 
     def drain(self) -> list[dict]:
         """Move new task records into the per-batch tables; returns the batches updated."""
+        self._check_registered()
         pending = self.accumulator.value
         count = len(pending)
         new = pending[:count]
@@ -119,6 +92,19 @@ class StateStoreMetrics:
                 self._late.pop((str(old[0]), old[1]), None)
                 self._starts.pop((str(old[0]), old[1]), None)
         return summaries
+
+    def _check_registered(self) -> None:
+        """Warn (once) when the tasks' records stopped reaching this collector's accumulator."""
+        if self._displaced or compat.receives_updates(self.accumulator):
+            return
+        self._displaced = True
+        log.warning(
+            "spark_statestore metrics: another accumulator was registered with id %s in this driver "
+            "(was pyspark.accumulators.Accumulator(%s, ...) made directly?): the task records of "
+            "queries from now on reach it instead of this session's metrics",
+            self.accumulator.aid,
+            self.accumulator.aid,
+        )
 
     def _early_trigger(self, batch_key: tuple, records: list[dict]) -> dict:
         """Report the batch's peaks to the governor; its decision for the batch."""
@@ -182,7 +168,7 @@ class StateStoreMetrics:
     @property
     def stopped(self) -> bool:
         """Whether this collector stopped listening, or its SparkContext is gone."""
-        return self._stopped or self.spark.sparkContext._jsc is None
+        return self._stopped or compat.context_stopped(self.spark)
 
     def stop(self) -> None:
         """Stop listening (the collected metrics stay readable). Events Spark already queued

@@ -16,10 +16,12 @@ from spark_statestore.cache.change import Change
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.options import PartitionOptions
 from spark_statestore.partition.state import PartitionState
+from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.operator import OperatorConfig
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
+from spark_statestore.spark.task_metrics import TaskMetrics
 from spark_statestore.spark.worker.task import TaskInfo
 from spark_statestore.stores.spec import Clock
 from spark_statestore.stores.window_api import WindowStore
@@ -139,7 +141,7 @@ class TaskState:
             self.abort()
             raise
         self._release()
-        record = self._record(metrics.as_dict(), dropped)
+        record = self._record(metrics, dropped)
         accumulator = self.config.accumulator
         if report and accumulator is not None:
             accumulator.add([record])
@@ -161,7 +163,8 @@ class TaskState:
         if partition is not None:
             partition.close()
 
-    def _record(self, metrics: dict, dropped: int) -> dict:
+    def _record(self, metrics: PartitionMetrics, dropped: int) -> dict:
+        """The task's `TaskMetrics`, as the dict the metrics accumulator carries."""
         cache = self._runtime.cache
         start = self._cache_start
         stats = cache.stats() if cache is not None and start else {}
@@ -169,33 +172,24 @@ class TaskState:
         def delta(key: str) -> int:
             return stats.get(key, 0) - start.get(key, 0) if stats else 0
 
-        return {
-            "query_id": self.task.query_id,
-            "batch_id": self.task.batch_id,
-            "partition": self.task.partition,
-            "attempt": self.task.attempt,
-            "task_attempt_id": self.task.task_attempt_id,
-            "operator": self.config.operator,
-            "open_seconds": metrics["open_seconds"],
-            "kept_open": int(metrics["kept_open"]),
-            "restored": int(metrics["restored"]),
-            "restore_seconds": metrics["restore_seconds"],
-            "changelogs_applied": metrics["changelogs_applied"],
-            "apply_seconds": metrics["apply_seconds"],
-            "prepare_seconds": metrics["prepare_seconds"],
-            "rows_written": metrics["changelog_records"],
-            "changelog_bytes": metrics["changelog_bytes"],
-            "uncommitted_bytes_peak": metrics["uncommitted_bytes_peak"],
-            "uncommitted_limit": self.config.settings.uncommitted_max_bytes,
-            "spills": metrics["spills"],
-            "cache_hits": delta("hits"),
-            "cache_misses": delta("misses"),
-            "cache_evictions": delta("evicts"),
-            "cache_flushes": delta("flushes"),
-            "dropped_records": dropped,
-            "watermark": self.watermark,
-            "finished_at": time.time(),
-        }
+        task = self.task
+        return TaskMetrics.of(
+            metrics,
+            query_id=task.query_id,
+            batch_id=task.batch_id,
+            partition=task.partition,
+            attempt=task.attempt,
+            task_attempt_id=task.task_attempt_id,
+            operator=self.config.operator,
+            uncommitted_limit=self.config.settings.uncommitted_max_bytes,
+            cache_hits=delta("hits"),
+            cache_misses=delta("misses"),
+            cache_evictions=delta("evicts"),
+            cache_flushes=delta("flushes"),
+            dropped_records=dropped,
+            watermark=self.watermark,
+            finished_at=time.time(),
+        ).as_dict()
 
 
 def state_of_current_task(config: OperatorConfig, task: TaskInfo, runtime: WorkerRuntime | None = None) -> TaskState:

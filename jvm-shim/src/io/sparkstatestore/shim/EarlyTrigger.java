@@ -16,10 +16,25 @@ import org.apache.spark.sql.streaming.StreamingQueryManager;
 public final class EarlyTrigger {
 
     /**
-     * Registers the clock-installing listener with a session's streaming query manager,
-     * once per session. Returns true if it registered it now, false if it already was.
+     * Null if {@code className} (as Spark's class loader finds it) or one of its
+     * superclasses declares the field {@code fieldName}, else why not: the Python side
+     * checks the trigger clock field this way before it registers the listener.
      */
-    public boolean register(SparkSession session) {
+    public String missingField(String className, String fieldName) {
+        try {
+            QueryTriggers.findField(Class.forName(className, false, SparkSession.class.getClassLoader()), fieldName);
+            return null;
+        } catch (ClassNotFoundException | NoSuchFieldException | LinkageError e) {
+            return e.toString();
+        }
+    }
+
+    /**
+     * Registers the clock-installing listener with a session's streaming query manager,
+     * once per session; {@code clockField} names the query execution's trigger clock
+     * field. Returns true if it registered it now, false if it already was.
+     */
+    public boolean register(SparkSession session, String clockField) {
         StreamingQueryManager streams = session.streams();
         synchronized (EarlyTrigger.class) {
             for (StreamingQueryListener listener : streams.listListeners()) {
@@ -27,7 +42,7 @@ public final class EarlyTrigger {
                     return false;
                 }
             }
-            streams.addListener(new EarlyTriggerListener(streams));
+            streams.addListener(new EarlyTriggerListener(streams, clockField));
             return true;
         }
     }

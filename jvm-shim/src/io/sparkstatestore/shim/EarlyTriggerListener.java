@@ -18,9 +18,12 @@ public final class EarlyTriggerListener extends StreamingQueryListener {
     private static final Logger LOG = LoggerFactory.getLogger(EarlyTriggerListener.class);
 
     private final transient StreamingQueryManager streams;
+    private final String clockField;
 
-    public EarlyTriggerListener(StreamingQueryManager streams) {
+    /** {@code clockField}: the name of the query execution's trigger clock field. */
+    public EarlyTriggerListener(StreamingQueryManager streams, String clockField) {
         this.streams = streams;
+        this.clockField = clockField;
     }
 
     @Override
@@ -34,7 +37,7 @@ public final class EarlyTriggerListener extends StreamingQueryListener {
         StreamingQuery query = streams.get(event.id());
         QueryTrigger trigger = query == null
                 ? new QueryTrigger(runId, "unknown", 0, null, "the query is not active in this session")
-                : QueryTriggers.install(query, runId);
+                : QueryTriggers.install(query, runId, clockField);
         QueryTriggers.put(queryId, trigger);
         if (trigger.wakeable()) {
             LOG.info("spark_statestore early trigger: wakeable clock installed for query {} (run {}, every {} ms)",

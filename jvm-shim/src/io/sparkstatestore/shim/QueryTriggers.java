@@ -10,8 +10,9 @@ import org.apache.spark.sql.streaming.StreamingQuery;
  * The registry of running queries by query id, and the installation of a
  * {@link WakeableClock} as a query's trigger clock.
  *
- * <p>Spark's {@code StreamExecution} keeps its {@code triggerClock} in a private final
- * field; {@code MicroBatchExecution} hands it to the {@code ProcessingTimeExecutor} it
+ * <p>Spark's {@code StreamExecution} keeps its trigger clock in a private final field
+ * ({@code triggerClock}: the Python side passes the name, from its table of pyspark
+ * internals); {@code MicroBatchExecution} hands it to the {@code ProcessingTimeExecutor} it
  * creates when the query's thread starts running batches, after the listeners'
  * {@code onQueryStarted}. Replacing the field there is therefore early enough, and only
  * then: a query already waiting on Spark's own clock cannot be woken.
@@ -39,7 +40,7 @@ final class QueryTriggers {
      * Installs a wakeable clock into a just-started query if its trigger waits between
      * batches (a processing-time interval above 0) and describes the query either way.
      */
-    static QueryTrigger install(StreamingQuery query, String runId) {
+    static QueryTrigger install(StreamingQuery query, String runId, String clockField) {
         Object execution;
         Object trigger;
         try {
@@ -63,7 +64,7 @@ final class QueryTriggers {
         }
         WakeableClock clock = new WakeableClock();
         try {
-            Field field = findField(execution.getClass(), "triggerClock");
+            Field field = findField(execution.getClass(), clockField);
             field.setAccessible(true);
             field.set(execution, clock);
         } catch (ReflectiveOperationException | RuntimeException e) {
@@ -92,7 +93,7 @@ final class QueryTriggers {
         };
     }
 
-    private static Field findField(Class<?> type, String name) throws NoSuchFieldException {
+    static Field findField(Class<?> type, String name) throws NoSuchFieldException {
         for (Class<?> c = type; c != null; c = c.getSuperclass()) {
             try {
                 return c.getDeclaredField(name);

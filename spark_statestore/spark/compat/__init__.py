@@ -1,0 +1,111 @@
+"""Every pyspark internal this package relies on, in one place: no other module touches
+pyspark's private attributes or modules, or the JVM behind a session.
+
+Spark has no public hook for some things a state layer needs, so a few internals are
+used; each one is named here with what it is for, checked when this module is imported
+(a pyspark that changed one, or a pyspark minor not in `minors.MINORS`, fails at import
+with a `PysparkInternalError` naming it, the version and the supported range, instead of
+misbehaving later), and covered by a test of its own (`tests/test_spark_compat.py`).
+What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per minor:
+
+* `WORKER_SENDS_ACCUMULATORS_LAST`: a Python worker pickles its accumulators' values
+  once the task's output is complete and before it reports success
+  (`pyspark.worker.invoke_udf` -> `send_accumulator_updates`). An object in an
+  accumulator whose pickling prepares the batch is how operators without an
+  end-of-partition hook (applyInPandasWithState) prepare at the end of the task.
+* `UDF_UNPICKLED_IN_TASK`: a Python worker unpickles the operator's function in every
+  task, after it set the task's `TaskContext` (`invoke_udf`: `_setTaskContext` before
+  `read_udfs`), also for a partition without data. Unpickling an object inside the
+  applyInPandasWithState wrapper is how that operator opens its state at the start of
+  every task.
+* `TWS_HANDLE_TIMESTAMPS`: `StatefulProcessorHandle._statefulProcessorApiClient.
+  get_timestamps("EventTime")` gives the batch's watermark in `init()`, so partitions
+  without rows or timers learn it too.
+* `LOCAL_PROPERTIES`: the task-local properties Spark sets for streaming tasks, the
+  micro-batch id and the query id.
+* `LISTENER_BUS`: `SparkContext._jsc.sc().listenerBus().waitUntilEmpty(ms)`, so that a
+  Python query listener is removed only after the events already queued for it arrived.
+* `DRIVER_LOG`: the JVM's log4j through `SparkContext._jvm`, to log into the driver log.
+* `EXECUTOR_CORES`: the cores of an executor as Spark knows them when
+  `spark.executor.cores` is not set: the local scheduler backend's `totalCores()`, or the
+  executors registered in the application's status store (`statusStore().executorList`).
+* `DRIVER_JVM`: `SparkSession._jsparkSession`, `._jvm` and `SparkContext._gateway`, `._jsc`:
+  the JVM session the early-trigger shim registers its listener with, the py4j view and
+  gateway it is loaded through, and whether the context is stopped.
+* `TRIGGER_CLOCK`: the JVM's streaming query execution keeps its trigger clock in a
+  private field (`StreamExecution.triggerClock`), which the early-trigger shim
+  (`jvm-shim/`) replaces by a wakeable clock; the shim is told the field's name and
+  checks, when activated, that the class still has it.
+* `ARROW_SCHEMA`: `pyspark.sql.pandas.types.to_arrow_schema`, the Arrow schema of a Spark
+  schema, for the Arrow batches per-partition processing emits.
+* `ACTIVE_SESSION`: `SparkSession.setActiveSession` in the JVM, to register the state
+  reader's formats in a session made by `newSession()` (Spark checks a registration
+  against the active session's formats).
+* `ACCUMULATOR_REGISTRY`: the driver adds the tasks' accumulator updates to the object
+  its registry (`pyspark.accumulators._accumulatorRegistry`) holds under their id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyspark
+
+from spark_statestore.spark.compat import minors, tasks
+from spark_statestore.spark.compat.checks import check_internals
+from spark_statestore.spark.compat.driver import (
+    active_session,
+    context_stopped,
+    drain_listener_bus,
+    driver_jvm,
+    driver_logger,
+    executor_cores,
+    jvm_session,
+    py4j_gateway,
+    receives_updates,
+)
+from spark_statestore.spark.compat.minors import PysparkInternalError
+from spark_statestore.spark.compat.tasks import arrow_schema, run_at_task_end
+
+__all__ = [
+    "BATCH_ID_PROPERTY",
+    "FACTS",
+    "QUERY_ID_PROPERTY",
+    "PysparkInternalError",
+    "active_session",
+    "arrow_schema",
+    "check_internals",
+    "context_stopped",
+    "drain_listener_bus",
+    "driver_jvm",
+    "driver_logger",
+    "event_time_watermark",
+    "executor_cores",
+    "internal_error",
+    "jvm_session",
+    "py4j_gateway",
+    "receives_updates",
+    "run_at_task_end",
+    "trigger_clock",
+]
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+FACTS = check_internals()  # the installed pyspark minor's facts (it raises if unsupported)
+
+
+def internal_error(name: str, detail: str) -> PysparkInternalError:
+    """The error that names a pyspark internal which is missing or behaves differently."""
+    return minors.internal_error(pyspark.__version__, name, detail)
+
+
+def event_time_watermark(handle: Any) -> int:
+    """The batch's event-time watermark from a TWS processor handle (-1: none yet)."""
+    return tasks.event_time_watermark(FACTS, handle)
+
+
+def trigger_clock() -> tuple[str, str]:
+    """The JVM class of a streaming query's execution and its trigger clock field
+    (`TRIGGER_CLOCK`), for the early-trigger shim."""
+    return FACTS.stream_execution_class, FACTS.trigger_clock_field

@@ -1,0 +1,118 @@
+"""Internals used on the driver: the py4j JVM behind a classic SparkSession, Spark's
+listener bus, log4j, the scheduler's cores and the accumulator registry."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import pyspark
+
+from spark_statestore.spark.compat.minors import PysparkInternalError, internal_error
+
+
+def _error(name: str, detail: str) -> PysparkInternalError:
+    return internal_error(pyspark.__version__, name, detail)
+
+
+def jvm_session(spark: Any) -> Any | None:
+    """The session's JVM SparkSession (`_jsparkSession`); None without one (Spark Connect)."""
+    try:
+        return getattr(spark, "_jsparkSession", None)
+    except Exception:  # noqa: BLE001 - Spark Connect raises its own errors for JVM attributes
+        return None
+
+
+def driver_jvm(spark: Any) -> Any:
+    """The py4j view of the driver JVM (`SparkSession._jvm`)."""
+    return spark._jvm
+
+
+def py4j_gateway(spark: Any) -> Any:
+    """The session's py4j gateway (`SparkContext._gateway`): one per driver JVM."""
+    return spark.sparkContext._gateway
+
+
+def context_stopped(spark: Any) -> bool:
+    """Whether the session's SparkContext was stopped (`SparkContext._jsc` is then None)."""
+    return spark.sparkContext._jsc is None
+
+
+@contextlib.contextmanager
+def active_session(spark: Any) -> Iterator[None]:
+    """Make `spark` the JVM's active session of this thread while the block runs, then
+    restore the previous one. Spark checks a data source registration against the active
+    session's data sources, not those of the session it is made in: a session made by
+    `newSession()` is refused a format its parent (the active session) has registered,
+    and without it the format is not found in it. Nothing to do without a JVM."""
+    jsession = jvm_session(spark)
+    if jsession is None:
+        yield
+        return
+    try:
+        sessions = driver_jvm(spark).org.apache.spark.sql.SparkSession
+        previous = sessions.getActiveSession()
+        sessions.setActiveSession(jsession)
+    except Exception as e:
+        raise _error("ACTIVE_SESSION", f"SparkSession.setActiveSession through SparkSession._jvm failed: {e}") from e
+    try:
+        yield
+    finally:
+        if previous.isDefined():
+            sessions.setActiveSession(previous.get())
+        else:
+            sessions.clearActiveSession()
+
+
+def drain_listener_bus(spark: Any, timeout_ms: int = 10_000) -> None:
+    """Wait until Spark delivered the listener events it already queued."""
+    try:
+        bus = spark.sparkContext._jsc.sc().listenerBus()
+    except Exception as e:
+        raise _error("LISTENER_BUS", f"SparkContext._jsc.sc().listenerBus() failed: {e}") from e
+    bus.waitUntilEmpty(timeout_ms)
+
+
+def driver_logger(spark: Any) -> Callable[[str], None] | None:
+    """A function logging INFO lines into the driver's log4j log (None without a JVM,
+    as in Spark Connect)."""
+    jvm = getattr(spark.sparkContext, "_jvm", None)
+    if jvm is None:
+        return None
+    try:
+        jlogger = jvm.org.apache.logging.log4j.LogManager.getLogger("spark_statestore")
+    except Exception as e:
+        raise _error("DRIVER_LOG", f"log4j is not reachable through SparkContext._jvm: {e}") from e
+    return jlogger.info
+
+
+def executor_cores(spark: Any, get: Callable[[str], str | None]) -> int:
+    """Cores of one executor of this session: `spark.executor.cores` when set; in local
+    mode the scheduler's cores; else the most cores of a registered executor (1, Spark's
+    default on YARN and Kubernetes, while none has registered)."""
+    configured = get("spark.executor.cores")
+    if configured:
+        try:
+            return int(configured)
+        except ValueError:
+            raise ValueError(f"spark.executor.cores must be an integer, got {configured!r}") from None
+    try:
+        context = spark.sparkContext._jsc.sc()
+        backend = context.schedulerBackend()
+        if backend.getClass().getSimpleName() == "LocalSchedulerBackend":
+            return int(backend.totalCores())
+        executors = context.statusStore().executorList(True)
+        cores = [int(executors.apply(i).totalCores()) for i in range(executors.size())
+                 if executors.apply(i).id() != "driver"]
+    except Exception as e:
+        raise _error("EXECUTOR_CORES", f"the scheduler or status store cannot be asked: {e}") from e
+    return max(cores, default=1)
+
+
+def receives_updates(accumulator: Any) -> bool:
+    """Whether the tasks' updates of `accumulator` reach this object: the driver adds them
+    to whatever its accumulator registry holds under the accumulator's id, and any
+    `pyspark.accumulators.Accumulator(id, ...)` made later in the driver replaces it there."""
+    from pyspark.accumulators import _accumulatorRegistry
+
+    return _accumulatorRegistry.get(accumulator.aid) is accumulator

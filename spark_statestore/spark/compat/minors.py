@@ -1,0 +1,83 @@
+"""What differs between pyspark minors: the facts about pyspark internals, one entry per
+supported minor.
+
+Supporting another minor means adding its `PysparkMinor` to `MINORS` (after checking
+each fact against that minor's source); nothing else in the package names a version. A
+pyspark whose minor is not here fails at import (`minor_facts`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spark_statestore.errors import StateStoreError
+
+
+class PysparkInternalError(StateStoreError):
+    """A pyspark internal this package relies on is missing or behaves differently, or the
+    installed pyspark is not a supported minor."""
+
+
+@dataclass(frozen=True)
+class PysparkMinor:
+    """The pyspark internals of one minor that spark_statestore relies on (see the
+    package docstring for what each is used for)."""
+
+    # pyspark.worker: the function that runs one task's steps, and the calls in it whose
+    # order matters (the earlier one must come first in its source)
+    task_function: str
+    output_then_accumulators: tuple[str, str]
+    context_then_udfs: tuple[str, str]
+    # pyspark.worker.read_udfs: the parameters it takes
+    read_udfs_parameters: tuple[str, ...]
+    # transformWithStateInPandas: the handle's attribute holding its API client, and the
+    # client's module
+    tws_client_attribute: str
+    tws_client_module: str
+    # the JVM's streaming query execution class and its trigger clock field (replaced by
+    # the early-trigger shim)
+    stream_execution_class: str
+    trigger_clock_field: str
+
+
+MINORS: dict[str, PysparkMinor] = {
+    "4.3": PysparkMinor(
+        task_function="invoke_udf",
+        output_then_accumulators=("dump_stream", "send_accumulator_updates"),
+        context_then_udfs=("_setTaskContext", "read_udfs("),
+        read_udfs_parameters=("pickleSer", "udf_info_list", "eval_type", "runner_conf", "eval_conf"),
+        tws_client_attribute="_statefulProcessorApiClient",
+        tws_client_module="pyspark.sql.streaming.stateful_processor_api_client",
+        stream_execution_class="org.apache.spark.sql.execution.streaming.runtime.StreamExecution",
+        trigger_clock_field="triggerClock",
+    ),
+}
+
+
+def supported_range() -> str:
+    """The supported minors, for messages ("pyspark 4.3")."""
+    return "pyspark " + ", ".join(MINORS)
+
+
+def minor_of(version: str) -> str:
+    """"4.3" of "4.3.0", "4.3.1.dev0", ..."""
+    return ".".join(version.split(".")[:2])
+
+
+def internal_error(version: str, name: str, detail: str) -> PysparkInternalError:
+    """The error naming a pyspark internal that is missing or behaves differently."""
+    return PysparkInternalError(
+        f"pyspark {version} changed an internal spark_statestore relies on: {name} ({detail}); "
+        f"spark_statestore supports {supported_range()}"
+    )
+
+
+def minor_facts(version: str) -> PysparkMinor:
+    """The facts of pyspark `version`'s minor; PysparkInternalError if it is not supported."""
+    facts = MINORS.get(minor_of(version))
+    if facts is None:
+        raise PysparkInternalError(
+            f"pyspark {version} is not supported by spark_statestore, which relies on internals "
+            f"known for {supported_range()} only (PYSPARK_MINOR: spark_statestore.spark.compat.minors.MINORS)"
+        )
+    return facts
