@@ -1,5 +1,6 @@
 """Durable files of the partition state in the query's checkpoint location, through
-`pyarrow.fs`: the filesystem layer, the changelog format, snapshots and retention."""
+`pyarrow.fs`: the filesystem layer, every durable name and its pattern (`names`), the
+changelog format and its header, snapshots and retention."""
 
 from spark_statestore.checkpoint.changelog import Changelog, ChangelogWriter
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location

@@ -1,5 +1,11 @@
 """Spark adapters: stores inside PySpark's stateful operators, committed with each
-micro-batch (the thin layer over `spark_statestore.checkpoint.PartitionState`)."""
+micro-batch (a thin layer over `spark_statestore.partition.PartitionState`).
+
+The package is grouped by where its code runs: the adapters and declarations a user
+writes (this level: built where the query is defined, run in tasks), `driver/` (settings,
+operator building, session services, metrics collection, the early trigger),
+`worker/` (a Python worker's runtime and the per-task partition state), `reader/` (the
+state reader data sources) and `compat/` (the one door to pyspark and JVM internals)."""
 
 from spark_statestore.spark.declarations import KeyValue, Window
 from spark_statestore.spark.frames import check_columns, epoch_millis

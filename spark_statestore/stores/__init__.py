@@ -1,4 +1,6 @@
-"""Store protocols and implementations (knows nothing of Spark, transactions or caching)."""
+"""Store protocols and implementations, and `StoreSpec` (`spec`), the one description of
+a store that the layers above record and check (knows nothing of Spark, transactions or
+caching)."""
 
 from spark_statestore.stores.api import KeyValueStore, StateStore
 from spark_statestore.stores.iterators import StoreIterator
