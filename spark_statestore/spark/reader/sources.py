@@ -1,0 +1,72 @@
+"""The two data sources and their registration in a session."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.types import StructType
+
+from spark_statestore.partition.reading import StateLocation
+from spark_statestore.spark import compat
+from spark_statestore.spark.reader.changes import ChangeFeedReader, ChangeStreamReader
+from spark_statestore.spark.reader.columns import change_schema, record_schema
+from spark_statestore.spark.reader.metadata import METADATA_SCHEMA, MetadataReader
+from spark_statestore.spark.reader.records import RecordsReader
+from spark_statestore.spark.reader.request import FORMAT, METADATA_FORMAT, ReadRequest, option
+
+
+class StateStoreDataSource(DataSource):
+    """`format("spark_statestore")`: the records or the change feed of one store."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _request(self) -> ReadRequest:
+        return ReadRequest.of(self.options)
+
+    def _change_feed(self) -> bool:
+        return str(option(self.options, "readChangeFeed", "false")).strip().lower() == "true"
+
+    def schema(self) -> StructType:
+        spec = self._request().spec
+        return change_schema(spec) if self._change_feed() else record_schema(spec)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        request = self._request()
+        if self._change_feed():
+            return ChangeFeedReader(request, schema)
+        return RecordsReader(request, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if not self._change_feed():
+            raise ValueError(
+                f"a stream of {FORMAT} is the stream of committed changes: add .option('readChangeFeed', 'true')"
+            )
+        return ChangeStreamReader(self._request(), schema)
+
+
+class StateMetadataDataSource(DataSource):
+    """`format("spark_statestore_metadata")`: one row per partition and store."""
+
+    @classmethod
+    def name(cls) -> str:
+        return METADATA_FORMAT
+
+    def schema(self) -> StructType:
+        return METADATA_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        location = option(self.options, "checkpointLocation") or option(self.options, "path")
+        if not location:
+            raise ValueError(f"the {METADATA_FORMAT} source needs option checkpointLocation")
+        return MetadataReader(StateLocation.open(str(location)))
+
+
+def register_reader(spark: Any) -> None:
+    """Register the `spark_statestore` and `spark_statestore_metadata` formats in a session
+    (as its active session: see `compat.active_session`)."""
+    with compat.active_session(spark):
+        spark.dataSource.register(StateStoreDataSource)
+        spark.dataSource.register(StateMetadataDataSource)
