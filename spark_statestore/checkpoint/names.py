@@ -27,6 +27,7 @@ STATESTORE = "statestore"
 COMMITS = "commits"
 SNAPSHOTS = "snapshots"
 SHARED = "sst"
+QUERY_LAYOUT = "_layout"  # in the state's directory: the stores and partition count of the query
 
 _VERSION = r"(0|[1-9][0-9]{0,18})"
 _NUMBER = re.compile(rf"^{_VERSION}$")

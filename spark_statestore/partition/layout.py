@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.names import QUERY_LAYOUT, statestore_dir
 from spark_statestore.errors import CorruptStateError, StateStoreError
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.validation import check_int
@@ -118,12 +119,10 @@ def partition_count_message(location: str, recorded: int, wanted: int) -> str:
     )
 
 
-QUERY_LAYOUT = "_layout"
-
 
 def _query_dir(location: str, filesystem: pafs.FileSystem | None) -> DurableDir:
     fs, root = resolve_location(location, filesystem)
-    return DurableDir(fs, f"{root}/statestore")
+    return DurableDir(fs, statestore_dir(root))
 
 
 def read_query_layout(location: str, filesystem: pafs.FileSystem | None = None) -> Layout | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.names import statestore_dir
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.layout import Layout, record_query_layout
 from spark_statestore.spark.declarations import Declaration, KeyValue, Window
@@ -71,7 +72,7 @@ def check_checkpoint_location(location: Any) -> str:
         raise ValueError(f"checkpoint_location must be a non-empty string, got {location!r}")
     try:
         fs, root = resolve_location(location)
-        durable = DurableDir(fs, f"{root}/statestore")
+        durable = DurableDir(fs, statestore_dir(root))
         probe = f"_probe-{uuid.uuid4().hex}"
         durable.publish_bytes(probe, b"")
         durable.delete([probe])
