@@ -27,6 +27,8 @@ from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED as ENAB
 from spark_statestore.spark.driver.settings import SIGNAL_PORT, StateStoreSettings
 from spark_statestore.spark.signals import CrossingSignal
 
+pytestmark = pytest.mark.versioned
+
 INTERVAL = "36500 days"
 LIMIT = 64 << 20
 DRIVER_SCRIPT = Path(__file__).with_name("shim_driver.py")

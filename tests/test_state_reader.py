@@ -18,7 +18,7 @@ from pyspark import cloudpickle
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, Window, partition_function, register_reader
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
 WINDOWS = [Window("counts", 100_000, 10_000, key_serde=Serdes.string(), value_serde=Serdes.int64(), clock="records")]

@@ -64,13 +64,14 @@ from spark_statestore.spark.compat.driver import (
     py4j_gateway,
     receives_updates,
 )
-from spark_statestore.spark.compat.minors import PysparkInternalError
+from spark_statestore.spark.compat.minors import PysparkInternalError, minors_with
 from spark_statestore.spark.compat.tasks import arrow_schema, run_at_task_end
 
 __all__ = [
     "BATCH_ID_PROPERTY",
     "FACTS",
     "QUERY_ID_PROPERTY",
+    "VERSION",
     "PysparkInternalError",
     "active_session",
     "arrow_schema",
@@ -83,6 +84,7 @@ __all__ = [
     "executor_cores",
     "internal_error",
     "jvm_session",
+    "minors_with",
     "py4j_gateway",
     "receives_updates",
     "run_at_task_end",
@@ -92,6 +94,7 @@ __all__ = [
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
+VERSION: str = pyspark.__version__
 FACTS = check_internals()  # the installed pyspark minor's facts (it raises if unsupported)
 
 
