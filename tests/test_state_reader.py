@@ -199,6 +199,14 @@ def test_admission_options_are_refused_without_admission_control(spark, job, tmp
 
 
 @ADMISSION_CONTROL
+def test_a_row_limit_still_reads_one_whole_batch_per_trigger(spark, job, tmp_path):
+    checkpoint, _ = _run(spark, job, BATCHES)
+    stream = _change_stream(spark, checkpoint, maxRowsPerTrigger=1)  # every batch has more changes
+    triggers = _collect_changes(stream, str(tmp_path / "reader-checkpoint"))
+    assert [{batch for batch, _, _ in rows} for rows in triggers] == [{0}, {1}, {2}]
+
+
+@ADMISSION_CONTROL
 def test_a_stream_of_committed_changes_exactly_once(spark, job, tmp_path):
     checkpoint, _ = _run(spark, job, BATCHES)
     seen = []
