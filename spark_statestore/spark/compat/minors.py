@@ -44,7 +44,6 @@ class PysparkMinor:
     stream_admission_control: bool
 
 
-_TWS_CLIENT = ("_statefulProcessorApiClient", "pyspark.sql.streaming.stateful_processor_api_client")
 _RUNTIME_STREAM_EXECUTION = "org.apache.spark.sql.execution.streaming.runtime.StreamExecution"
 
 
@@ -56,8 +55,8 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_exe
         output_then_accumulators=("dump_stream", "send_accumulator_updates"),
         context_then_udfs=("_setTaskContext", "read_udfs("),
         read_udfs_parameters=read_udfs_parameters,
-        tws_client_attribute=_TWS_CLIENT[0],
-        tws_client_module=_TWS_CLIENT[1],
+        tws_client_attribute="_statefulProcessorApiClient",
+        tws_client_module="pyspark.sql.streaming.stateful_processor_api_client",
         stream_execution_class=stream_execution_class,
         trigger_clock_field="triggerClock",
         stream_admission_control=stream_admission_control,
