@@ -18,7 +18,7 @@ from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StoreProcessor, partition_function, with_stores
 from spark_statestore.spark.driver.session import session_services
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 CENTURY = "36500 days"  # never elapses: only a wake starts the next batch
 LIMIT = 4096
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]

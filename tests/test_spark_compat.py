@@ -17,6 +17,8 @@ from spark_statestore.spark import compat
 from spark_statestore.spark.compat import minors
 from spark_statestore.spark.driver.metrics import TaskRecordsParam
 
+pytestmark = pytest.mark.versioned
+
 
 def test_a_changed_worker_order_is_named(monkeypatch):
     from pyspark import worker
@@ -25,7 +27,7 @@ def test_a_changed_worker_order_is_named(monkeypatch):
         worker.send_accumulator_updates(outfile)
         serializer.dump_stream(iter(()), outfile)  # noqa: F821 - never run, only read
 
-    monkeypatch.setattr(worker, "invoke_udf", invoke_udf)
+    monkeypatch.setattr(worker, compat.FACTS.task_function, invoke_udf)
     with pytest.raises(compat.PysparkInternalError, match="WORKER_SENDS_ACCUMULATORS_LAST"):
         compat.check_internals()
 
@@ -39,7 +41,7 @@ def test_a_missing_tws_client_method_is_named(monkeypatch):
 
 
 def test_a_missing_worker_function_is_named(monkeypatch):
-    """A pyspark whose worker lost the task function (4.0-4.2 had none of that name) fails
+    """A pyspark whose worker lost the task function (its name differs between minors) fails
     with our error naming it, the version and the supported range, not an AttributeError."""
     from pyspark import worker
 
@@ -49,7 +51,7 @@ def test_a_missing_worker_function_is_named(monkeypatch):
     message = str(error.value)
     assert f"pyspark.worker.{compat.FACTS.task_function} is gone" in message
     assert "WORKER_SENDS_ACCUMULATORS_LAST" in message
-    assert f"pyspark {pyspark.__version__}" in message and "supports pyspark 4.3" in message
+    assert f"pyspark {pyspark.__version__}" in message and f"supports {minors.supported_range()}" in message
 
 
 def test_a_changed_read_udfs_is_named(monkeypatch):
@@ -62,18 +64,22 @@ def test_a_changed_read_udfs_is_named(monkeypatch):
 
 def test_a_missing_tws_client_module_is_named(monkeypatch):
     facts = dataclasses.replace(compat.FACTS, tws_client_module="pyspark.sql.streaming.no_such_client")
-    monkeypatch.setitem(minors.MINORS, "4.3", facts)
+    monkeypatch.setitem(minors.MINORS, minors.minor_of(pyspark.__version__), facts)
     with pytest.raises(compat.PysparkInternalError, match="TWS_HANDLE_TIMESTAMPS.*no_such_client"):
         compat.check_internals()
 
 
-@pytest.mark.parametrize("version", ["4.2.1", "4.4.0", "3.5.3"])
+@pytest.mark.parametrize("version", ["4.4.0", "3.5.3", "5.0.0"])
 def test_an_unsupported_minor_is_named(monkeypatch, version):
     monkeypatch.setattr(pyspark, "__version__", version)
     with pytest.raises(compat.PysparkInternalError) as error:
         compat.check_internals()
     assert f"pyspark {version} is not supported" in str(error.value)
-    assert "known for pyspark 4.3 only" in str(error.value)
+    assert "known for pyspark 4.0, 4.1, 4.2, 4.3 only" in str(error.value)
+
+
+def test_minors_with_a_capability_are_named():
+    assert minors.minors_with("stream_admission_control") == "pyspark 4.2, 4.3"
 
 
 def test_minor_of_a_version():
@@ -83,8 +89,8 @@ def test_minor_of_a_version():
 @pytest.mark.parametrize(
     "patch",
     [
-        "import pyspark; pyspark.__version__ = '4.1.0'",
-        "from pyspark import worker; del worker.invoke_udf",
+        "import pyspark; pyspark.__version__ = '4.4.0'",
+        f"from pyspark import worker; del worker.{compat.FACTS.task_function}",
     ],
 )
 def test_the_import_fails_with_our_error(patch):
@@ -94,7 +100,7 @@ def test_the_import_fails_with_our_error(patch):
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("spark_statestore.spark.compat.minors.PysparkInternalError: pyspark "), last
-    assert "pyspark 4.3" in last
+    assert minors.supported_range() in last
 
 
 def test_a_handle_without_the_api_client_is_named():
@@ -214,7 +220,7 @@ def test_a_missing_trigger_clock_field_is_named(spark, monkeypatch):
     status = activate_shim(spark.newSession())
     assert not status.available
     assert "TRIGGER_CLOCK" in status.reason and "StreamExecution.noSuchClock is not found" in status.reason
-    assert "NoSuchFieldException" in status.reason and "supports pyspark 4.3" in status.reason
+    assert "NoSuchFieldException" in status.reason and f"supports {minors.supported_range()}" in status.reason
 
 
 @pytest.mark.spark

@@ -16,7 +16,7 @@ from spark_batches import cumulative_counts
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, changes_schema, metrics_for, partition_function, with_stores
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 windowed_counts = spark_jobs.windowed_counts
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
 

@@ -18,7 +18,7 @@ import windowed_reference
 from spark_statestore.partition import PartitionState, WorkerResources
 from spark_statestore.spark import KeyValue, StoreProcessor
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 windowed_counts = spark_jobs.windowed_counts
 
 

@@ -16,9 +16,9 @@ import pytest
 from pyspark import cloudpickle
 
 from spark_statestore import Serdes
-from spark_statestore.spark import KeyValue, Window, partition_function, register_reader
+from spark_statestore.spark import KeyValue, Window, compat, partition_function, register_reader
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
 WINDOWS = [Window("counts", 100_000, 10_000, key_serde=Serdes.string(), value_serde=Serdes.int64(), clock="records")]
@@ -137,6 +137,76 @@ def test_isolation_levels_while_a_batch_is_held_open(spark, job):
     assert dict(zip(after["key"], after["value"], strict=True)) == _totals_after(BATCHES[:2])
 
 
+ADMISSION_CONTROL = pytest.mark.skipif(
+    not compat.FACTS.stream_admission_control,
+    reason=f"stream_admission_control: Python streaming sources of pyspark {compat.VERSION} have no admission "
+    f"control ({compat.minors_with('stream_admission_control')} have)",
+)
+
+
+def _change_stream(spark, checkpoint, **options):
+    reader = (
+        spark.readStream.format("spark_statestore").option("checkpointLocation", checkpoint)
+        .option("store", "totals").option("readChangeFeed", "true")
+    )
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def _collect_changes(stream, reader_checkpoint) -> list:
+    """Run the change stream to what is committed now (availableNow): each trigger's
+    (batch_id, key, value) rows."""
+    seen = []
+
+    def collect(frame, batch_id):
+        seen.append(sorted(map(tuple, frame.select("batch_id", "key", "value").collect())))
+
+    query = stream.writeStream.foreachBatch(collect).option("checkpointLocation", reader_checkpoint).trigger(
+        availableNow=True).start()
+    query.awaitTermination()
+    assert query.exception() is None
+    return [rows for rows in seen if rows]
+
+
+def test_a_stream_of_every_committed_change_exactly_once(spark, job, tmp_path):
+    """Without a limit, each run reads every batch committed since the last one, once."""
+    checkpoint, _ = _run(spark, job, BATCHES[:2])
+    stream, reader_checkpoint = _change_stream(spark, checkpoint), str(tmp_path / "reader-checkpoint")
+    first = [row for rows in _collect_changes(stream, reader_checkpoint) for row in rows]
+    assert sorted({batch for batch, _, _ in first}) == [0, 1]
+    assert sorted((k, v) for b, k, v in first if b == 1) == sorted(
+        (k, _totals_after(BATCHES[:2])[k]) for k in set(BATCHES[1]))
+    _run(spark, job, BATCHES)  # the writer goes on with the third batch
+    second = _collect_changes(stream, reader_checkpoint)
+    assert [{batch for batch, _, _ in rows} for rows in second] == [{2}]
+    assert {(k, v) for _, k, v in second[0]} == {(k, _totals_after(BATCHES)[k]) for k in set(BATCHES[2])}
+    assert _collect_changes(stream, reader_checkpoint) == []  # restarted: nothing twice
+
+
+@pytest.mark.skipif(
+    compat.FACTS.stream_admission_control,
+    reason=f"stream_admission_control: pyspark {compat.VERSION} has admission control, nothing is refused",
+)
+@pytest.mark.parametrize("name", ["maxBatchesPerTrigger", "maxRowsPerTrigger"])
+def test_admission_options_are_refused_without_admission_control(spark, job, tmp_path, name):
+    checkpoint, _ = _run(spark, job, BATCHES[:1])
+    stream = _change_stream(spark, checkpoint, **{name: 1})
+    query = stream.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "rc")).trigger(
+        availableNow=True).start()
+    with pytest.raises(Exception, match=f"option {name} needs admission control .* pyspark {compat.VERSION} lacks"):
+        query.awaitTermination()
+
+
+@ADMISSION_CONTROL
+def test_a_row_limit_still_reads_one_whole_batch_per_trigger(spark, job, tmp_path):
+    checkpoint, _ = _run(spark, job, BATCHES)
+    stream = _change_stream(spark, checkpoint, maxRowsPerTrigger=1)  # every batch has more changes
+    triggers = _collect_changes(stream, str(tmp_path / "reader-checkpoint"))
+    assert [{batch for batch, _, _ in rows} for rows in triggers] == [{0}, {1}, {2}]
+
+
+@ADMISSION_CONTROL
 def test_a_stream_of_committed_changes_exactly_once(spark, job, tmp_path):
     checkpoint, _ = _run(spark, job, BATCHES)
     seen = []

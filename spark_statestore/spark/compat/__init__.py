@@ -10,12 +10,13 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
 
 * `WORKER_SENDS_ACCUMULATORS_LAST`: a Python worker pickles its accumulators' values
   once the task's output is complete and before it reports success
-  (`pyspark.worker.invoke_udf` -> `send_accumulator_updates`). An object in an
+  (the worker's task function, `PysparkMinor.task_function`: `pyspark.worker.main` in
+  4.0-4.2, `invoke_udf` in 4.3 -> `send_accumulator_updates`). An object in an
   accumulator whose pickling prepares the batch is how operators without an
   end-of-partition hook (applyInPandasWithState) prepare at the end of the task.
 * `UDF_UNPICKLED_IN_TASK`: a Python worker unpickles the operator's function in every
-  task, after it set the task's `TaskContext` (`invoke_udf`: `_setTaskContext` before
-  `read_udfs`), also for a partition without data. Unpickling an object inside the
+  task, after it set the task's `TaskContext` (the task function: `_setTaskContext`
+  before `read_udfs`), also for a partition without data. Unpickling an object inside the
   applyInPandasWithState wrapper is how that operator opens its state at the start of
   every task.
 * `TWS_HANDLE_TIMESTAMPS`: `StatefulProcessorHandle._statefulProcessorApiClient.
@@ -33,7 +34,8 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
   the JVM session the early-trigger shim registers its listener with, the py4j view and
   gateway it is loaded through, and whether the context is stopped.
 * `TRIGGER_CLOCK`: the JVM's streaming query execution keeps its trigger clock in a
-  private field (`StreamExecution.triggerClock`), which the early-trigger shim
+  private field (`StreamExecution.triggerClock`; the class moved to a `runtime` package
+  in 4.1: `PysparkMinor.stream_execution_class`), which the early-trigger shim
   (`jvm-shim/`) replaces by a wakeable clock; the shim is told the field's name and
   checks, when activated, that the class still has it.
 * `ARROW_SCHEMA`: `pyspark.sql.pandas.types.to_arrow_schema`, the Arrow schema of a Spark
@@ -41,6 +43,9 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
 * `ACTIVE_SESSION`: `SparkSession.setActiveSession` in the JVM, to register the state
   reader's formats in a session made by `newSession()` (Spark checks a registration
   against the active session's formats).
+* `STREAM_ADMISSION_CONTROL` (a capability, not an internal): Python streaming sources
+  have admission control (`pyspark.sql.streaming.datasource`, `latestOffset(start, limit)`)
+  from 4.2; the state reader's change stream uses it where `FACTS.stream_admission_control`.
 * `ACCUMULATOR_REGISTRY`: the driver adds the tasks' accumulator updates to the object
   its registry (`pyspark.accumulators._accumulatorRegistry`) holds under their id.
 """
@@ -64,13 +69,14 @@ from spark_statestore.spark.compat.driver import (
     py4j_gateway,
     receives_updates,
 )
-from spark_statestore.spark.compat.minors import PysparkInternalError
+from spark_statestore.spark.compat.minors import PysparkInternalError, minors_with
 from spark_statestore.spark.compat.tasks import arrow_schema, run_at_task_end
 
 __all__ = [
     "BATCH_ID_PROPERTY",
     "FACTS",
     "QUERY_ID_PROPERTY",
+    "VERSION",
     "PysparkInternalError",
     "active_session",
     "arrow_schema",
@@ -83,6 +89,7 @@ __all__ = [
     "executor_cores",
     "internal_error",
     "jvm_session",
+    "minors_with",
     "py4j_gateway",
     "receives_updates",
     "run_at_task_end",
@@ -92,6 +99,7 @@ __all__ = [
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
+VERSION: str = pyspark.__version__
 FACTS = check_internals()  # the installed pyspark minor's facts (it raises if unsupported)
 
 

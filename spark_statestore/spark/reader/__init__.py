@@ -17,8 +17,9 @@ touched). Options:
   expire, `key`, `value`, `window_start`, `window_end`).
 
 `spark.readStream.format("spark_statestore").option("readChangeFeed", "true")` streams the
-committed changes exactly once (offsets are batch ids; `startingBatchId`,
-`maxBatchesPerTrigger`). `format("spark_statestore_metadata")`
+committed changes exactly once (offsets are batch ids; `startingBatchId`, and where
+pyspark's Python streaming sources have admission control `maxBatchesPerTrigger` or
+`maxRowsPerTrigger`). `format("spark_statestore_metadata")`
 describes the state: stores, partitions, committed and retained versions, snapshots, bytes.
 `register_reader(spark)` registers both formats (building any operator does it too).
 """

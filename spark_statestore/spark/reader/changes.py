@@ -1,15 +1,14 @@
-"""Reading the changes of committed batches: the change feed of a batch range and the
-stream of committed changes (offsets are batch ids)."""
+"""Reading the changes of committed batches: the change feed of a batch range (the
+stream of committed changes is in `stream` and `admitted`)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_statestore.partition.reading import change_count, changes
+from spark_statestore.partition.reading import changes
 from spark_statestore.spark.reader.columns import Column, column_for, decoded
 from spark_statestore.spark.reader.records import CHUNK
 from spark_statestore.spark.reader.request import ReadRequest, int_option
@@ -67,57 +66,3 @@ class ChangeFeedReader(ChangesReader, DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         return self._change_rows(partition.value, self.start, self.end)
-
-
-class ChangeStreamReader(ChangesReader, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The committed changes of a stateful query as a stream: offsets are batch ids.
-    Admission control: `maxBatchesPerTrigger` (state batches per trigger, Spark's
-    `ReadMaxFiles`) or `maxRowsPerTrigger` (changes per trigger, at least one batch)."""
-
-    def __init__(self, request: ReadRequest, schema: StructType) -> None:
-        self.request = request
-        options = request.options
-        self.starting = int_option(options, "startingBatchId", 0)
-        self.max_batches = int_option(options, "maxBatchesPerTrigger", None, minimum=1)
-        self.max_rows = int_option(options, "maxRowsPerTrigger", None, minimum=1)
-        self.target: int | None = None  # availableNow: the newest batch when the query started
-        self.key = column_for(request.spec.key_serde)
-        self.value = column_for(request.spec.value_serde)
-
-    def initialOffset(self) -> dict:
-        return {"batch": (self.starting or 0) - 1}
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        self.target = self.request.committed()
-
-    def getDefaultReadLimit(self) -> Any:
-        if self.max_batches is not None:
-            return ReadMaxFiles(self.max_batches)
-        if self.max_rows is not None:
-            return ReadMaxRows(self.max_rows)
-        return ReadAllAvailable()
-
-    def latestOffset(self, start: dict, limit: Any) -> dict:
-        newest = self.request.committed() if self.target is None else self.target
-        first = start["batch"]
-        end = newest
-        if isinstance(limit, ReadMaxFiles):
-            end = min(newest, first + limit.max_files)
-        elif isinstance(limit, ReadMaxRows):
-            end, rows = first + 1, change_count(self.request.state, first + 1)
-            while end < newest and rows + (more := change_count(self.request.state, end + 1)) <= limit.max_rows:
-                end, rows = end + 1, rows + more
-            end = min(end, newest)
-        return {"batch": max(end, first)}
-
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        if end["batch"] <= start["batch"]:
-            return []
-        return [InputPartition((p, start["batch"] + 1, end["batch"])) for p in self.request.state.partitions]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
-        number, first, last = partition.value
-        return self._change_rows(number, first, last)
-
-    def commit(self, end: dict) -> None:
-        """Nothing to release: the changelogs are the writer's to keep or retire."""

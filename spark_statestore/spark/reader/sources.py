@@ -9,11 +9,12 @@ from pyspark.sql.types import StructType
 
 from spark_statestore.partition.reading import StateLocation
 from spark_statestore.spark import compat
-from spark_statestore.spark.reader.changes import ChangeFeedReader, ChangeStreamReader
+from spark_statestore.spark.reader.changes import ChangeFeedReader
 from spark_statestore.spark.reader.columns import change_schema, record_schema
 from spark_statestore.spark.reader.metadata import METADATA_SCHEMA, MetadataReader
 from spark_statestore.spark.reader.records import RecordsReader
 from spark_statestore.spark.reader.request import FORMAT, METADATA_FORMAT, ReadRequest, option
+from spark_statestore.spark.reader.stream import change_stream_reader
 
 
 class StateStoreDataSource(DataSource):
@@ -44,7 +45,7 @@ class StateStoreDataSource(DataSource):
             raise ValueError(
                 f"a stream of {FORMAT} is the stream of committed changes: add .option('readChangeFeed', 'true')"
             )
-        return ChangeStreamReader(self._request(), schema)
+        return change_stream_reader(self._request(), schema)
 
 
 class StateMetadataDataSource(DataSource):

@@ -1,0 +1,63 @@
+"""The stream of a query's committed changes: offsets are batch ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from spark_statestore.spark import compat
+from spark_statestore.spark.reader.changes import ChangesReader
+from spark_statestore.spark.reader.columns import column_for
+from spark_statestore.spark.reader.request import ReadRequest, int_option, option
+
+ADMISSION_OPTIONS = ("maxBatchesPerTrigger", "maxRowsPerTrigger")
+
+
+class ChangeStreamReader(ChangesReader, DataSourceStreamReader):
+    """The committed changes of a stateful query as a stream, from `startingBatchId`: each
+    trigger reads every batch committed since the last one."""
+
+    def __init__(self, request: ReadRequest, schema: StructType) -> None:
+        self.request = request
+        self.starting = int_option(request.options, "startingBatchId", 0) or 0
+        self.key = column_for(request.spec.key_serde)
+        self.value = column_for(request.spec.value_serde)
+
+    def initialOffset(self) -> dict:
+        return {"batch": self.starting - 1}
+
+    def latestOffset(self) -> dict:
+        """The newest committed batch (never before the initial offset)."""
+        return {"batch": max(self.request.committed(), self.starting - 1)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if end["batch"] <= start["batch"]:
+            return []
+        return [InputPartition((p, start["batch"] + 1, end["batch"])) for p in self.request.state.partitions]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        number, first, last = partition.value
+        return self._change_rows(number, first, last)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the changelogs are the writer's to keep or retire."""
+
+
+def change_stream_reader(request: ReadRequest, schema: StructType) -> DataSourceStreamReader:
+    """The stream reader of this pyspark: with admission control (`maxBatchesPerTrigger`,
+    `maxRowsPerTrigger`) where Python streaming sources have it, else without, refusing those
+    options by name."""
+    if compat.FACTS.stream_admission_control:
+        from spark_statestore.spark.reader.admitted import AdmittedChangeStreamReader
+
+        return AdmittedChangeStreamReader(request, schema)
+    for name in ADMISSION_OPTIONS:
+        if option(request.options, name) is not None:
+            raise ValueError(
+                f"option {name} needs admission control for Python streaming sources, which "
+                f"pyspark {compat.VERSION} lacks ({compat.minors_with('stream_admission_control')} has it): "
+                f"leave {name} out to read every committed batch in each trigger"
+            )
+    return ChangeStreamReader(request, schema)
