@@ -171,7 +171,7 @@ class RocksDatabase:
         name, record = spec.name, spec.store_record()
         meta = self.column_family(META_COLUMN_FAMILY)
         key = b"store:" + name.encode("utf-8")
-        stored = meta.get(key)
+        stored = self.get(META_COLUMN_FAMILY, key)
         existing = {} if stored is None else self._store_record(name, stored)
         differs = any(existing.get(field, value) != value for field, value in record.items())
         if differs or existing.keys() - record.keys():
@@ -199,6 +199,22 @@ class RocksDatabase:
 
     # -- writes and reads ---------------------------------------------------------------
 
+    def get(self, name: str, key: bytes) -> bytes | None:
+        """The value of `key` in column family `name` (None: absent). Damaged data raises
+        `CorruptStateError` naming the file and marks the database damaged, as every read
+        of the stores does (`storage_error`)."""
+        cf = self.column_family(name)
+        try:
+            return cf.get(key)
+        except Exception as e:
+            raise storage_error(e) from None
+
+    @property
+    def damaged(self) -> bool:
+        """Whether RocksDB reported damaged data in this database (`DAMAGE_MARKER`): it is
+        not flushed again, and the next open refuses it so that its owner rebuilds it."""
+        return os.path.exists(os.path.join(self.path, DAMAGE_MARKER))
+
     def write(self, batch: rocksdict.WriteBatch) -> None:
         """Apply a batch atomically (across column families)."""
         self._check_open()
@@ -219,6 +235,8 @@ class RocksDatabase:
         try:
             os.rmdir(scratch)  # the checkpoint directory must not exist yet
             self.checkpoint(scratch)
+        except Exception as e:
+            raise storage_error(e) from None
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -226,10 +244,13 @@ class RocksDatabase:
         """Flush the memtables of the data column families, then the metadata's (a
         `replayable` database: after a crash the metadata is never ahead of the data)."""
         self._check_open()
-        for name in sorted(self._names - {META_COLUMN_FAMILY}):
-            self.column_family(name).flush(True)
-        fault_point("flush:after-data")
-        self.column_family(META_COLUMN_FAMILY).flush(True)
+        try:
+            for name in sorted(self._names - {META_COLUMN_FAMILY}):
+                self.column_family(name).flush(True)
+            fault_point("flush:after-data")
+            self.column_family(META_COLUMN_FAMILY).flush(True)
+        except Exception as e:
+            raise storage_error(e) from None
 
     def checkpoint(self, destination: str) -> None:
         """A RocksDB checkpoint (hard-linked SSTs plus metadata) at `destination`; creating
@@ -254,23 +275,29 @@ class RocksDatabase:
         return int(value or 0)
 
     def close(self) -> None:
-        """Release every handle and iterator, then the database (and its lock)."""
+        """Release every handle and iterator, then the database (and its lock), whatever
+        the final flush does. A database reported damaged is not flushed (its owner rebuilds
+        it; rocksdict's own flush at close reports the same damage again, and is ignored);
+        a flush that finds damaged data raises `CorruptStateError` once all is released."""
         if not self._open_flag:
             return
         for gen in list(self._scans):
             gen.close()
         self._scans = weakref.WeakSet()
+        damaged = self.damaged
+        failed: BaseException | None = None
         try:
-            if not self.wal:
+            if not self.wal and not damaged:
                 if self.replayable:
                     self.flush_in_order()
                 else:
                     # closing flushes column families one by one; flush them together first
                     # so a kill during close cannot leave them at different points
                     self.flush()
-        finally:  # a failed flush (the directory was deleted) still releases the database
+        except Exception as e:  # damaged data, or the directory was deleted: raised below
+            failed = e
+        finally:  # released whatever the flush did
             self._open_flag = False
-            failed: Exception | None = None
             handles = [*self._cfs.values(), self._db]
             self._cfs.clear()
             self._db = None  # type: ignore[assignment]
@@ -279,8 +306,8 @@ class RocksDatabase:
                     handle.close()
                 except Exception as e:  # the first failure is raised, after every handle closed
                     failed = failed or e
-            if failed is not None:
-                raise storage_error(failed)
+        if failed is not None and not damaged:
+            raise storage_error(failed)
 
     def __enter__(self) -> "RocksDatabase":
         return self

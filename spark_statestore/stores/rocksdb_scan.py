@@ -22,8 +22,8 @@ def scan_column_family(
         opts.set_iterate_upper_bound(hi)
     last: bytes | None = None
     if not reverse:
-        items = cf.items(read_opt=opts) if lo is None else cf.items(from_key=lo, read_opt=opts)
-        for item in items:
+        # not bound to a name: an error raised below must not hold the iterator (see _status)
+        for item in cf.items(read_opt=opts) if lo is None else cf.items(from_key=lo, read_opt=opts):
             last = item[0]
             yield item
     else:
@@ -42,47 +42,47 @@ def _check_scan_end(
     """rocksdict's item iterators end silently where RocksDB hit damaged data: look once
     more from where the scan ended, and raise if RocksDB reports an error there."""
     it = cf.iter(opts)
-    try:
-        if not reverse:
-            if last is None:
-                it.seek_to_first() if lo is None else it.seek(lo)
-            else:
-                it.seek(last)
-                if it.valid():
-                    it.next()
-        elif last is None:
-            it.seek_to_last() if hi is None else it.seek_for_prev(hi)
+    if not reverse:
+        if last is None:
+            it.seek_to_first() if lo is None else it.seek(lo)
         else:
-            it.seek_for_prev(last)
+            it.seek(last)
             if it.valid():
-                it.prev()
-        if not it.valid():
-            it.status()
-    except Exception as e:
-        raise storage_error(e) from None
+                it.next()
+    elif last is None:
+        it.seek_to_last() if hi is None else it.seek_for_prev(hi)
+    else:
+        it.seek_for_prev(last)
+        if it.valid():
+            it.prev()
+    error = None if it.valid() else _status(it)
+    del it  # see _status
+    if error is not None:
+        raise storage_error(error)
 
 
-def _checked_position(it: rocksdict.RdictIter) -> bool:
-    """Whether the iterator points at an entry; an invalid one is checked for errors."""
-    if it.valid():
-        return True
+def _status(it: rocksdict.RdictIter) -> Exception | None:
+    """RocksDB's error where an invalid iterator stopped (None: at the end of its range).
+
+    Returned, not raised, and without a traceback: an iterator keeps its database open
+    (and locked), so no frame an error goes through may hold one, or a caller that keeps
+    the error (a task's failure) would keep the database open after `close()`."""
     try:
         it.status()
     except Exception as e:
-        raise storage_error(e) from None
-    return False
+        return e.with_traceback(None)
+    return None
 
 
 def first_in(cf: rocksdict.Rdict, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
     """The first pair with `lo <= key < hi`, by one seek."""
     it = cf.iter()
     it.seek(lo)
-    if not _checked_position(it):
-        return None
-    key = it.key()
-    if hi is not None and key >= hi:
-        return None
-    return key, it.value()
+    entry = _entry_within(it, lo, hi)
+    del it  # see _status
+    if isinstance(entry, Exception):
+        raise storage_error(entry)
+    return entry
 
 
 def last_in(cf: rocksdict.Rdict, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
@@ -91,9 +91,21 @@ def last_in(cf: rocksdict.Rdict, lo: bytes | None, hi: bytes) -> tuple[bytes, by
     it.seek_for_prev(hi)
     if it.valid() and it.key() >= hi:
         it.prev()
-    if not _checked_position(it):
-        return None
+    entry = _entry_within(it, lo, hi)
+    del it  # see _status
+    if isinstance(entry, Exception):
+        raise storage_error(entry)
+    return entry
+
+
+def _entry_within(
+    it: rocksdict.RdictIter, lo: bytes | None, hi: bytes | None
+) -> tuple[bytes, bytes] | Exception | None:
+    """The pair the iterator points at if `lo <= key < hi` (else None); RocksDB's error
+    (see `_status`) where an invalid iterator stopped."""
+    if not it.valid():
+        return _status(it)
     key = it.key()
-    if lo is not None and key < lo:
+    if (lo is not None and key < lo) or (hi is not None and key >= hi):
         return None
     return key, it.value()

@@ -267,7 +267,7 @@ class TransactionalDatabase:
     def get_property(self, name: str) -> str | None:
         """A committed property (a small string the owner keeps with the data), or None."""
         self._check_open()
-        raw = self._meta.get(property_key(name))
+        raw = self.db.get(META_COLUMN_FAMILY, property_key(name))
         try:
             return None if raw is None else raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -320,7 +320,7 @@ class TransactionalDatabase:
     def committed_offset(self, name: str) -> int | None:
         """The offset committed last under `name` (None if never)."""
         self._check_open()
-        raw = self._meta.get(offset_key(name))
+        raw = self.db.get(META_COLUMN_FAMILY, offset_key(name))
         return None if raw is None else decode_offset(raw)
 
     def committed_offsets(self) -> dict[str, int]:
@@ -359,6 +359,11 @@ class TransactionalDatabase:
     @property
     def is_open(self) -> bool:
         return self.db.is_open
+
+    @property
+    def damaged(self) -> bool:
+        """Whether RocksDB reported damaged data in this database (see `RocksDatabase.damaged`)."""
+        return self.db.damaged
 
     def _check_open(self) -> None:
         if not self.db.is_open:

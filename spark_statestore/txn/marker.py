@@ -69,7 +69,7 @@ def apply_marker(db: RocksDatabase, marker: dict, chunk_bytes: float) -> None:
 
 def recover(db: RocksDatabase, chunk_bytes: float) -> None:
     """Finish a commit a crash interrupted; drop leftover staging column families."""
-    raw = db.column_family(META_COLUMN_FAMILY).get(MARKER_KEY)
+    raw = db.get(META_COLUMN_FAMILY, MARKER_KEY)
     if raw is not None:
         try:
             marker = json.loads(raw)
