@@ -204,7 +204,7 @@ class PartitionState:
         if copy is not None and not copy.local.lock_is_current():
             self.open_copies.discard(copy, "its directory was deleted or replaced")
             copy = None
-        elif copy is not None and copy.db.damaged:  # rebuilt below, never reused
+        elif copy is not None and copy.db.db.damaged:  # rebuilt below, never reused
             self.open_copies.discard(copy, "RocksDB reported damaged data in it")
             copy = None
         if copy is None:
@@ -335,7 +335,7 @@ class PartitionState:
 
     def _keep_open(self, db: TransactionalDatabase) -> bool:
         """Hand the prepared database (and the lock) to `open_copies`; False if not kept."""
-        if self.open_copies is None or db.damaged:  # a damaged copy is rebuilt at the next open
+        if self.open_copies is None or db.db.damaged:  # a damaged copy is rebuilt at the next open
             return False
         db.close_stores()
         copy = OpenCopy(self.local, db, self._prepared, self._db_options())

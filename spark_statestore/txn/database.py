@@ -360,11 +360,6 @@ class TransactionalDatabase:
     def is_open(self) -> bool:
         return self.db.is_open
 
-    @property
-    def damaged(self) -> bool:
-        """Whether RocksDB reported damaged data in this database (see `RocksDatabase.damaged`)."""
-        return self.db.damaged
-
     def _check_open(self) -> None:
         if not self.db.is_open:
             raise StoreClosedError(f"transactional database at {self.path} is closed")
