@@ -8,6 +8,7 @@ import pytest
 from spark_statestore import IsolationLevel
 from spark_statestore.spark import StateStoreSettings, check_columns, epoch_millis
 from spark_statestore.spark.driver.settings import parse_bytes
+from spark_statestore.spark.reader.request import int_option
 
 
 def settings(**conf):
@@ -128,3 +129,12 @@ def test_plot_metrics_draws_every_panel():
     assert png.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="at least one batch"):
         plot_metrics(frame.iloc[0:0])
+
+
+def test_reader_integer_options_are_checked_like_settings_naming_the_option():
+    assert int_option({"batchid": " 7 "}, "batchId") == 7  # Spark's options are case-insensitive
+    assert int_option({}, "batchId", 3) == 3
+    with pytest.raises(ValueError, match=r"option batchId must be an integer, got 'x'"):
+        int_option({"batchId": "x"}, "batchId")
+    with pytest.raises(ValueError, match=r"option maxRowsPerTrigger must be at least 1, got '0'"):
+        int_option({"maxRowsPerTrigger": "0"}, "maxRowsPerTrigger", minimum=1)

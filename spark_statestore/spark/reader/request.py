@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_statestore.partition.reading import StateLocation
+from spark_statestore.spark.driver.settings import parse_int
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.txn.isolation import IsolationLevel
 
@@ -23,15 +24,7 @@ def option(options: Any, name: str, default: Any = None) -> Any:
 def int_option(options: Any, name: str, default: int | None = None, minimum: int = 0) -> int | None:
     """An integer option of at least `minimum` (ValueError naming the option and the value)."""
     raw = option(options, name)
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"option {name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"option {name} must be at least {minimum}, got {raw!r}")
-    return value
+    return default if raw is None else parse_int(f"option {name}", raw, minimum)
 
 
 @dataclass(frozen=True)
