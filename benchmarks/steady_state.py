@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 
 from spark_statestore import Serdes
-from spark_statestore.spark import KeyValue, StoreProcessor, Window, metrics_for, partition_function
+from spark_statestore.spark import KeyValue, StateStoreMetrics, StoreProcessor, Window, partition_function
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # shipped to the workers by value
 
@@ -216,7 +216,6 @@ def main(args: Any, spark_builder: Any) -> None:
     only = set(args.only.split(",")) if args.only else None
     results: dict[str, tuple[float, int]] = {}
     task_times: dict[str, tuple[float, float, float]] = {}
-    metrics = metrics_for(spark)
     for label, mode, build in variants:
         if only and not any(word in label for word in only):
             continue
@@ -224,7 +223,7 @@ def main(args: Any, spark_builder: Any) -> None:
         shutil.rmtree(checkpoint, ignore_errors=True)
         query = run_query(build(checkpoint), checkpoint, mode)
         results[label] = steady_rate(query, args.warmup)
-        tasks = metrics.tasks()
+        tasks = StateStoreMetrics(checkpoint).tasks()
         if not tasks.empty and "query_id" in tasks:
             mine = tasks[(tasks["query_id"] == str(query.id)) & (tasks["batch_id"] >= args.warmup)]
             if not mine.empty:
@@ -322,7 +321,7 @@ def state_size(args: Any, spark_builder: Any) -> None:
             )
             query.awaitTermination()
             if phase != "load":
-                tasks = metrics_for(spark).tasks()
+                tasks = StateStoreMetrics(checkpoint).tasks()
                 # the first batch of a session opens its copy: the steady state comes after
                 mine = tasks[(tasks["query_id"] == str(query.id)) & (tasks["batch_id"] > files[0])]
                 small = [row for b, rows in peaks if b in files for row in rows]

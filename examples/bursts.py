@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark import cloudpickle
 
 from spark_statestore import Serdes
-from spark_statestore.spark import KeyValue, metrics_for, partition_function
+from spark_statestore.spark import KeyValue, StateStoreMetrics, partition_function
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # shipped to the workers by value
 
@@ -143,7 +143,7 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool) -> Bur
     while time.time() < deadline and sum(p["numInputRows"] for p in query.recentProgress) < feeder.written * args.rate:
         time.sleep(1)
     query.stop()
-    metrics = metrics_for(session)
+    metrics = StateStoreMetrics(checkpoint)
     tasks = metrics.tasks()
     tasks = tasks[tasks["query_id"] == str(query.id)]
     recent = metrics.recent(1000)

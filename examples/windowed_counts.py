@@ -63,7 +63,10 @@ class WindowedCounts(StoreProcessor):
             for kind, (size, _) in self.windows.items()
         ]
         super().__init__(checkpoint_location, spark=spark)
-        self.emitted = self.metrics.spark.sparkContext.accumulator(0)  # windows written, for progress lines
+        from pyspark.sql import SparkSession
+
+        session = spark or SparkSession.getActiveSession()
+        self.emitted = session.sparkContext.accumulator(0)  # windows written, for progress lines
 
     def process_rows(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[pd.DataFrame]:
         name = key[0]
@@ -278,10 +281,9 @@ def main(argv: list[str] | None = None) -> None:
     output.orderBy("window_start", "kind", "key").show(8, truncate=False)
     metrics = processor.metrics.recent(100)
     if not metrics.empty:
-        late = int(metrics["rows_dropped_by_watermark"].sum() + metrics["dropped_records"].sum())
+        late = int(metrics["rows_dropped_by_watermark"].fillna(0).sum() + metrics["dropped_records"].sum())
         print(f"batches: {len(metrics)}, rows written to state: {int(metrics['rows_written'].sum())}, "
               f"late events dropped: {late}")
-    processor.metrics.stop()
     spark.stop()
 
 

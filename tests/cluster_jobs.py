@@ -103,14 +103,14 @@ class TwsTotals(StoreProcessor):
         yield pd.DataFrame({"key": [key[0]], "total": [total]})
 
 
-def report(spark: Any, query: Any) -> dict:
+def report(checkpoint: str, query: Any) -> dict:
     """Rows per second of trigger execution after the first batch, and task times."""
-    from spark_statestore.spark import metrics_for
+    from spark_statestore.spark import StateStoreMetrics
 
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0][1:]
     rows = sum(p["numInputRows"] for p in progress)
     seconds = sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000
-    tasks = metrics_for(spark).tasks()
+    tasks = StateStoreMetrics(checkpoint).tasks()
     tasks = tasks[tasks["query_id"] == str(query.id)]
     return {
         "rows_per_second": rows / seconds if seconds else 0.0,
@@ -180,7 +180,7 @@ def main() -> None:
     if query.exception() is not None:
         raise SystemExit(f"query failed: {query.exception()}")
     if args.report:
-        print(json.dumps(report(spark, query)), flush=True)
+        print(json.dumps(report(checkpoint, query)), flush=True)
     print("done", flush=True)
     spark.stop()
 

@@ -15,7 +15,7 @@ import pytest
 from pyspark import cloudpickle
 
 from spark_statestore import Serdes
-from spark_statestore.spark import KeyValue, StoreProcessor, partition_function, with_stores
+from spark_statestore.spark import KeyValue, StateStoreMetrics, StoreProcessor, partition_function, with_stores
 from spark_statestore.spark.driver.session import session_services
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
@@ -83,20 +83,18 @@ def _start(session, tmp_path, adapter: str, first_keys: int):
     events = session.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
     if adapter == "StoreProcessor":
         processor = Totals(checkpoint, spark=session)
-        frame, metrics = events.groupBy("key").transformWithStateInPandas(processor, "key string, total long", "Update", "None"), processor.metrics
+        frame = events.groupBy("key").transformWithStateInPandas(processor, "key string, total long", "Update", "None")
     elif adapter == "with_stores":
         fn = with_stores(_totals, checkpoint, TOTALS, spark=session)
         frame = events.groupBy("key").applyInPandasWithState(fn, "key string, total long", "calls long", "Update", "NoTimeout")
-        metrics = session_services(session).metrics
     else:
         fn = partition_function(_partition_totals, checkpoint, TOTALS, partitions=2, emit_changes=False, spark=session)
         frame = events.repartition(2, "key").mapInArrow(fn, "key string, total long")
-        metrics = session_services(session).metrics
     query = (
         frame.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint)
         .trigger(processingTime=CENTURY).start()
     )
-    return query, metrics
+    return query, StateStoreMetrics(checkpoint)
 
 
 def _batches(query) -> list[int]:
@@ -117,11 +115,11 @@ def test_a_batch_over_the_limit_starts_the_next_one_at_once(session, tmp_path, a
     query, metrics = _start(session, tmp_path, adapter, first_keys=2000)  # well over 4 KiB per task
     try:
         assert _wait_for(lambda: _batches(query) == [0, 1]), f"batch 1 never started: {query.recentProgress}"
-        recent = metrics.recent()
-        mine = recent[recent["query_id"] == str(query.id)].set_index("batch_id")
-        assert mine.loc[0, "early_triggers"] == 1
-        assert f"limit {LIMIT}" in mine.loc[0, "early_trigger_reason"]
-        assert mine.loc[0, "uncommitted_bytes_peak"] > LIMIT
+        decided = session_services(session).governor.batch_metrics(str(query.id), 0)
+        assert decided["early_triggers"] == 1
+        assert f"limit {LIMIT}" in decided["early_trigger_reason"]
+        assert _wait_for(lambda: 0 in set(metrics.recent()["batch_id"]))
+        assert metrics.recent().set_index("batch_id").loc[0, "uncommitted_bytes_peak"] > LIMIT
     finally:
         query.stop()
 
@@ -133,8 +131,7 @@ def test_batches_under_the_limit_keep_the_schedule(session, tmp_path):
         # the woken query above needed a moment; this one gets many times that and stays put
         time.sleep(15)
         assert _batches(query) == [0]
-        recent = metrics.recent()
-        assert recent[recent["query_id"] == str(query.id)]["early_triggers"].sum() == 0
+        assert session_services(session).governor.batch_metrics(str(query.id), 0)["early_triggers"] == 0
         started = time.monotonic()
         query.stop()  # stops while it waits for its century
         assert time.monotonic() - started < 60

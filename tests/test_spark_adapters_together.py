@@ -14,7 +14,7 @@ import pytest
 import spark_jobs
 
 from spark_statestore import Serdes
-from spark_statestore.spark import KeyValue, metrics_for, partition_function, register_reader, with_stores
+from spark_statestore.spark import KeyValue, StateStoreMetrics, partition_function, register_reader, with_stores
 from spark_statestore.spark.driver.session import session_services
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
@@ -72,13 +72,20 @@ def _check(spark, checkpoint: str, query) -> None:
     batch wrote; the state read back holds the totals."""
     query.awaitTermination()
     assert query.exception() is None
-    tasks = metrics_for(spark).tasks()
+    metrics = StateStoreMetrics(checkpoint)
+    tasks = metrics.tasks()
     mine = tasks[tasks["query_id"] == str(query.id)]
+    assert len(mine) == len(tasks), "another query's records under this checkpoint"
     assert sorted(zip(mine["batch_id"], mine["partition"])) == [
         (b, p) for b in range(len(BATCHES)) for p in range(PARTITIONS)
     ], f"task records of query {query.id}"
     written = mine.groupby("batch_id")["rows_written"].sum().to_dict()
     assert written == {n: len(set(keys)) for n, keys in enumerate(BATCHES)}
+    recent = metrics.recent()
+    assert recent["rows_written"].tolist() == [len(set(keys)) for keys in BATCHES]
+    read = spark.read.format("spark_statestore_metrics").load(checkpoint).toPandas()
+    assert read["rows_written"].tolist() == recent["rows_written"].tolist()
+    assert read["batch_id"].tolist() == recent["batch_id"].tolist()
     state = spark.read.format("spark_statestore").option("checkpointLocation", checkpoint).load().toPandas()
     expected = collections.Counter(k for keys in BATCHES for k in keys)
     assert dict(zip(state["key"], state["value"], strict=True)) == expected
@@ -115,6 +122,6 @@ def test_an_operator_in_a_new_session_after_its_parent_had_one(spark, workdir, a
     child.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
     try:
         _check(child, *_start(child, adapter, str(workdir / "child")))
-        assert metrics_for(child) is not metrics_for(spark)
+        assert session_services(child) is not session_services(spark)
     finally:
         session_services(child).stop()

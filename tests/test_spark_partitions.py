@@ -14,7 +14,7 @@ import pytest
 import spark_jobs
 from spark_batches import cumulative_counts
 from spark_statestore import Serdes
-from spark_statestore.spark import KeyValue, changes_schema, metrics_for, partition_function, with_stores
+from spark_statestore.spark import KeyValue, StateStoreMetrics, changes_schema, partition_function, with_stores
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 windowed_counts = spark_jobs.windowed_counts
@@ -79,7 +79,7 @@ def test_group_state_exactly_once_with_task_failures_and_a_killed_worker(spark, 
     windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
     fn, query = run_group_totals(spark, job, raise_in={1}, kill_in={3})
     check_group_totals(job)
-    tasks = metrics_for(spark).tasks()
+    tasks = StateStoreMetrics(os.path.join(job, "checkpoint")).tasks()
     tasks = tasks[tasks["query_id"] == str(query.id)]
     assert {1, 3} <= set(tasks.query("attempt > 0")["batch_id"])
     assert (tasks["operator"] == "applyInPandasWithState").all()
@@ -94,7 +94,7 @@ def test_group_state_exactly_once_across_restart_with_lost_local_state(spark, jo
     windowed_counts.generate(inputs, 3, 80, keys=6, start=3)
     fn, query = run_group_totals(spark, job)
     check_group_totals(job)
-    tasks = metrics_for(spark).tasks()
+    tasks = StateStoreMetrics(os.path.join(job, "checkpoint")).tasks()
     assert tasks[tasks["query_id"] == str(query.id)]["restored"].sum() > 0
 
 
@@ -144,7 +144,7 @@ def test_partition_changes_exactly_once_with_task_failures_and_a_killed_worker(s
     windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
     fn, query = run_partition_totals(spark, job, raise_in={1}, kill_in={3})
     check_change_stream(job)
-    tasks = metrics_for(spark).tasks()
+    tasks = StateStoreMetrics(os.path.join(job, "checkpoint")).tasks()
     tasks = tasks[tasks["query_id"] == str(query.id)]
     assert {1, 3} <= set(tasks.query("attempt > 0")["batch_id"])
     assert (tasks["cache_flushes"] > 0).any()
@@ -165,7 +165,7 @@ def test_evictions_forward_a_chain_of_changes(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 3, 80, keys=8)
     fn, query = run_partition_totals(spark, job)
     check_change_stream(job, deduplicated=False)
-    tasks = metrics_for(spark).tasks()
+    tasks = StateStoreMetrics(os.path.join(job, "checkpoint")).tasks()
     assert tasks[tasks["query_id"] == str(query.id)]["cache_evictions"].sum() > 0
 
 
@@ -179,24 +179,12 @@ def test_a_different_partition_count_is_refused_on_the_driver(spark, job):
 # -- a consumer that stops reading releases the partition ---------------------------------
 
 
-class TaskRecords:
-    """Stands in for the metrics accumulator outside Spark. (A pyspark `Accumulator(0, ...)`
-    made here would replace the session's metrics accumulator, also id 0, in the driver's
-    registry of accumulators, and every later query's task records would land in it: issue 28.)"""
-
-    def __init__(self) -> None:
-        self.records: list[dict] = []
-
-    def add(self, records: list[dict]) -> None:
-        self.records.extend(records)
-
-
 def _adapter_config(tmp_path):
     from spark_statestore.spark.driver.operator import OperatorConfig
     from spark_statestore.spark.driver.settings import LOCAL_DIR, StateStoreSettings
 
     settings = StateStoreSettings.from_conf({LOCAL_DIR: str(tmp_path / "local")}.get)
-    return OperatorConfig(str(tmp_path / "ck"), tuple(TOTALS), settings, TaskRecords())
+    return OperatorConfig(str(tmp_path / "ck"), tuple(TOTALS), settings)
 
 
 def _partition_is_free(config):
@@ -254,14 +242,17 @@ def test_task_state_views_and_the_watermark_of_zero(tmp_path):
     from spark_statestore.spark.worker.task_state import TaskState
 
     config = _adapter_config(tmp_path)
-    config = type(config)(config.checkpoint_location, (Window("w", 100, 10),), config.settings, config.accumulator)
+    config = type(config)(config.checkpoint_location, (Window("w", 100, 10),), config.settings)
     task = TaskInfo(batch_id=0, partition=0, attempt=0, task_attempt_id=9, query_id="q", stage_id=1)
     state = TaskState(config, task).open()
     with pytest.raises(KeyError, match="no store 'nope'; this operator declares \\['w'\\]"):
         state.view("nope")
     assert state.view("w").observed_stream_time == -1
     state.observe_watermark(0)
-    state.finish(report=False)
+    record = state.finish()
+    assert (record["batch_id"], record["watermark"], record["task_attempt_id"]) == (0, 0, 9)
+    kept = os.listdir(os.path.join(config.checkpoint_location, "statestore", "0"))
+    assert [name for name in kept if name.endswith(".metrics")] != [], kept  # the record is kept with the changelog
     state = TaskState(config, TaskInfo(1, 0, 0, 10, "q", 1)).open()
     assert state["w"].observed_stream_time == 0
     state.abort()

@@ -68,7 +68,9 @@ def test_windowed_counts_match_the_batch_reference(spark, job, caplog):
     assert (tasks["rows_written"] > 0).any()
     recent = processor.metrics.recent(100)
     assert {"batch_id", "rows_written", "uncommitted_bytes_peak", "cache_hits", "open_seconds"} <= set(recent.columns)
-    assert any("spark_statestore batch 3: partitions=2" in r.getMessage() for r in caplog.records)
+    written = recent.set_index("batch_id").loc[3, "rows_written"]
+    line = f"spark_statestore batch 3: partitions=2 rows_written={written} "
+    assert any(r.getMessage().startswith(line) for r in caplog.records), line  # the log line, from the same records
 
 
 def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):

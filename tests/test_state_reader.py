@@ -16,6 +16,7 @@ import pytest
 from pyspark import cloudpickle
 
 from spark_statestore import Serdes
+from spark_statestore.partition.reading import StateLocation, change_count
 from spark_statestore.spark import KeyValue, Window, compat, partition_function, register_reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
@@ -111,6 +112,43 @@ def test_metadata_view(spark, job):
     assert (row["kind"], row["key_serde"], row["value_serde"], row["window_size"]) == ("window", "string", "int64", 10_000)
     assert (meta["committed_batch"] == 2).all() and (meta["newest_changelog"] == 2).all()
     assert (meta["durable_bytes"] > 0).all()
+
+
+def _metrics(spark, checkpoint, **options):
+    reader = spark.read.format("spark_statestore_metrics").option("checkpointLocation", checkpoint)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load().toPandas()
+
+
+def test_metrics_view(spark, job):
+    """The metrics format gives `StateStoreMetrics(checkpoint)`'s rows, read on an executor
+    from the checkpoint alone; its options are checked, naming the option and the value."""
+    from spark_statestore.spark import StateStoreMetrics
+
+    checkpoint, query = _run(spark, job, BATCHES)
+    batches = _metrics(spark, checkpoint)
+    assert batches["batch_id"].tolist() == [0, 1, 2]
+    state = StateLocation.open(checkpoint)
+    assert batches["rows_written"].tolist() == [change_count(state, n) for n in range(3)]  # the changelogs' trailers
+    assert (batches["query_id"] == str(query.id)).all() and (batches["partitions"] == 2).all()
+    assert batches["rows_dropped_by_watermark"].isna().all() and (batches["early_triggers"] == 0).all()
+    recent = StateStoreMetrics(checkpoint).recent()
+    assert list(batches.columns) == list(recent.columns)
+    for column in recent.columns:
+        ours, theirs = (None if pd.isna(v) else v for v in batches[column]), (None if pd.isna(v) else v for v in recent[column])
+        assert list(ours) == list(theirs), column
+    tasks = _metrics(spark, checkpoint, level="tasks", batches=2)
+    assert sorted(zip(tasks["batch_id"], tasks["partition"])) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert list(tasks.columns) == list(StateStoreMetrics(checkpoint).tasks().columns)
+    for options, message in [
+        ({"level": "partitions"}, "option level must be one of \\['batches', 'tasks'\\], got 'partitions'"),
+        ({"batches": "0"}, "option batches must be at least 1, got '0'"),
+        ({"batches": "x"}, "option batches must be an integer, got 'x'"),
+        ({"store": "totals"}, "the spark_statestore_metrics source has no option 'store'"),
+    ]:
+        with pytest.raises(Exception, match=message):
+            _metrics(spark, checkpoint, **options)
 
 
 def test_isolation_levels_while_a_batch_is_held_open(spark, job):

@@ -6,9 +6,13 @@ Under the query's checkpoint location::
     statestore/<partition>/             one partition's durable state (`partition_dir`):
         <V>.changelog                   the changelog that produced version V
         <V>.<id, 16 hex>.changelog      one set aside by a later attempt of batch V
+        <V>.<id, 16 hex>.metrics        the metrics record of the attempt that published the
+                                        changelog of V with that id (`metrics_name`)
         snapshots/<V>.manifest          the snapshot of version V (written last)
         snapshots/<V>/<file>            its small files
         sst/<sha256 prefix>-<size>.sst  its SST files, shared between snapshots
+    statestore/_batches/<N>.json        the driver's facts of batch N (`batch_facts_name`),
+                                        written by the JVM shim's listener
 
 The local copy of a partition keeps its prepared changelogs under the same names.
 Parsing is strict: a version is a decimal without leading zeros, so a name this package
@@ -28,11 +32,14 @@ COMMITS = "commits"
 SNAPSHOTS = "snapshots"
 SHARED = "sst"
 QUERY_LAYOUT = "_layout"  # in the state's directory: the stores and partition count of the query
+BATCHES = "_batches"  # in the state's directory: per-batch facts of the driver
 
 _VERSION = r"(0|[1-9][0-9]{0,18})"
 _NUMBER = re.compile(rf"^{_VERSION}$")
 _CHANGELOG = re.compile(rf"^{_VERSION}\.changelog$")
 _ASIDE = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.changelog$")
+_METRICS = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.metrics$")
+_BATCH_FACTS = re.compile(rf"^{_VERSION}\.json$")
 _MANIFEST = re.compile(rf"^{_VERSION}\.manifest$")
 _SNAPSHOT_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 _SHARED_FILE = re.compile(rf"^{SHARED}/[0-9a-f]{{32}}-[0-9]{{1,15}}\.sst$")
@@ -66,6 +73,28 @@ def aside_name(version: int, ident: int) -> str:
     """Where a durable changelog of `version` with id `ident` is kept when another attempt
     of the same batch publishes over it (see `changelog.publish_changelog`)."""
     return f"{version}.{ident:016x}.changelog"
+
+
+def metrics_name(version: int, ident: int) -> str:
+    """The metrics record of the attempt whose changelog of `version` has id `ident`."""
+    return f"{version}.{ident:016x}.metrics"
+
+
+def metrics_version_and_id(name: str) -> tuple[int, int] | None:
+    """The version and changelog id of a metrics record's name (None for any other name)."""
+    match = _METRICS.match(name)
+    return None if match is None else (int(match.group(1)), int(match.group(2), 16))
+
+
+def batch_facts_name(batch: int) -> str:
+    """The driver's facts of `batch`, relative to the state's directory (`statestore_dir`)."""
+    return f"{BATCHES}/{batch}.json"
+
+
+def batch_facts_batch(name: str) -> int | None:
+    """The batch of a facts file's base name (None for names the shim does not write)."""
+    match = _BATCH_FACTS.match(name)
+    return None if match is None else int(match.group(1))
 
 
 def manifest_name(version: int) -> str:

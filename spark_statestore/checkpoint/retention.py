@@ -2,7 +2,7 @@
 
 Retention keeps `min_batches_to_retain` versions restorable: it finds the newest snapshot
 at or below the oldest version to keep, and deletes older snapshots, the changelogs
-before that snapshot (with their set-aside copies), and SST files no kept snapshot refers
+before that snapshot (with their set-aside copies and the attempts' metrics records), and SST files no kept snapshot refers
 to. The changelog of the snapshot's own version stays: a restore checks the snapshot's
 identity against it. It deletes manifests before files, so a crash in the middle leaves
 extra files, never a snapshot with missing ones.
@@ -20,6 +20,8 @@ from spark_statestore.checkpoint.names import (
     aside_name,
     changelog_name,
     list_changelogs,
+    metrics_name,
+    metrics_version_and_id,
     manifest_name,
     snapshot_dir,
     snapshot_file_name,
@@ -83,6 +85,8 @@ def retain(
     covered = [v for v in changelogs if v < base]
     durable.delete(changelog_name(v) for v in covered)
     durable.delete(aside_name(v, ident) for v, idents in asides.items() if v < base for ident in idents)
+    records = (metrics_version_and_id(info.base_name) for info in durable.list())
+    durable.delete(metrics_name(*key) for key in records if key is not None and key[0] < base)
     fault_point("retention:after-changelogs")
     referenced = set()
     for version in snapshot_versions(durable):

@@ -49,6 +49,7 @@ from spark_statestore.partition.options import PartitionOptions, WorkerResources
 from spark_statestore.partition.recovery import Recovery
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
+from spark_statestore.partition.task_records import write_task_record
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
 from spark_statestore.stores.rocksdb import verify_database
 from spark_statestore.txn.database import TransactionalDatabase
@@ -340,6 +341,14 @@ class PartitionState:
         db.close_stores()
         copy = OpenCopy(self.local, db, self._prepared, self._db_options())
         return self.open_copies.keep(copy)
+
+    def keep_metrics(self, record: dict) -> None:
+        """Keep `record` durably as what the attempt of this prepared changelog measured
+        (`task_records`: read back by the version's durable changelog's id)."""
+        prepared = self._prepared
+        if prepared is None:
+            raise StateStoreError(f"partition {self.partition} keeps metrics only after prepare()")
+        write_task_record(self.durable, self.partition, prepared.version, prepared.id, record)
 
     @property
     def prepared(self) -> VersionId | None:

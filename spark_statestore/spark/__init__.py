@@ -3,7 +3,7 @@ micro-batch (a thin layer over `spark_statestore.partition.PartitionState`).
 
 The package is grouped by where its code runs: the adapters and declarations a user
 writes (this level: built where the query is defined, run in tasks), `driver/` (settings,
-operator building, session services, metrics collection, the early trigger),
+operator building, session services, the metrics read from the checkpoint, the early trigger),
 `worker/` (a Python worker's runtime and the per-task partition state), `reader/` (the
 state reader data sources) and `compat/` (the one door to pyspark and JVM internals)."""
 
@@ -12,7 +12,6 @@ from spark_statestore.spark.frames import check_columns, epoch_millis
 from spark_statestore.spark.group_state import with_stores
 from spark_statestore.spark.partitions import changes_schema, partition_function
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
-from spark_statestore.spark.driver.session import metrics_for
 from spark_statestore.spark.processor import StoreProcessor
 from spark_statestore.spark.reader import register_reader
 from spark_statestore.spark.driver.settings import StateStoreSettings
@@ -28,7 +27,6 @@ __all__ = [
     "changes_schema",
     "check_columns",
     "epoch_millis",
-    "metrics_for",
     "partition_function",
     "register_reader",
     "with_stores",

@@ -13,8 +13,8 @@ The operator calls the function once per key, with no hook at the start or end o
 partition, and not at all for a partition without data. The wrapper opens the
 partition's state when the task receives the function (see `OpenAtTaskStart`; the same
 `TaskState` as every adapter) and prepares the batch's changelog when the task ends,
-through the task's entry in the metrics accumulator, which the Python worker sends once
-the task's output is complete and before the task reports success (see
+through an accumulator entry of the task's own, which the Python worker sends once the
+task's output is complete and before the task reports success (see
 `TaskState.finish_at_task_end`). So a batch's
 changes are durable before Spark commits the batch, a failed attempt prepares nothing,
 and the partition is released by the task itself: the next batch of the partition can
@@ -40,11 +40,12 @@ def with_stores(
 ) -> Callable[[Any, Iterator[Any], Any], Iterator[Any]]:
     """Wrap `func(key, frames, group_state, stores)` for `applyInPandasWithState`;
     `stores[name]` is the typed store `name` of the key's partition. Settings and the
-    checkpoint location are checked here, on the driver; the session's metrics are
-    `metrics_for(spark)`."""
+    checkpoint location are checked here, on the driver; the metrics are
+    `StateStoreMetrics(checkpoint_location)`."""
     if not callable(func):
         raise TypeError(f"func must be callable, got {type(func).__name__}: {func!r}")
     config, _ = build_operator(checkpoint_location, stores, "applyInPandasWithState", spark)
+    compat.accept_task_end_updates()
     opener = OpenAtTaskStart(config)
 
     def apply_with_stores(key: Any, frames: Iterator[Any], group_state: Any) -> Iterator[Any]:

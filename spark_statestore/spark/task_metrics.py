@@ -5,8 +5,9 @@ them as they are.
 
 It extends the partition's `PartitionMetrics` (open, restore, apply, prepare) with what
 the task knows: which task it was, the record cache's counters during the task, records
-the window stores dropped, the batch's watermark. Records travel to the driver as dicts
-(`as_dict()`), through the metrics accumulator.
+the window stores dropped, the batch's watermark. Records are kept as dicts (`as_dict()`)
+next to the task's changelog (`partition.task_records`) and checked when read back
+(`checked_record`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,30 @@ def metric_name(name: str) -> str:
     if name not in {f.name for f in fields(TaskMetrics)}:
         raise ValueError(f"no metric {name!r}; TaskMetrics has {[f.name for f in fields(TaskMetrics)]}")
     return name
+
+
+_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "bool": (int,),  # flags are kept as 0/1 (`TaskMetrics.of`)
+    "float": (float, int),
+    "str": (str,),
+    "str | None": (str, type(None)),
+    "int | None": (int, type(None)),
+}
+
+
+def checked_record(record: dict) -> dict:
+    """`record` if it is a `TaskMetrics` as `as_dict()` makes it (every field, no other,
+    each of its type); else `ValueError` naming the field and the value."""
+    names = [f.name for f in fields(TaskMetrics)]
+    missing, unknown = [n for n in names if n not in record], sorted(set(record) - set(names))
+    if missing or unknown:
+        raise ValueError(f"is not a task record (missing {missing}, unknown {unknown})")
+    for f in fields(TaskMetrics):
+        value = record[f.name]
+        if type(value) not in _KINDS[str(f.type)]:
+            raise ValueError(f"has {f.name} {value!r}, expected {f.type}")
+    return record
 
 
 SUMMED = combined_fields(TaskMetrics, SUM)

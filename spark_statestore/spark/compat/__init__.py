@@ -11,9 +11,11 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
 * `WORKER_SENDS_ACCUMULATORS_LAST`: a Python worker pickles its accumulators' values
   once the task's output is complete and before it reports success
   (the worker's task function, `PysparkMinor.task_function`: `pyspark.worker.main` in
-  4.0-4.2, `invoke_udf` in 4.3 -> `send_accumulator_updates`). An object in an
-  accumulator whose pickling prepares the batch is how operators without an
-  end-of-partition hook (applyInPandasWithState) prepare at the end of the task.
+  4.0-4.2, `invoke_udf` in 4.3 -> `send_accumulator_updates`): those of its registry,
+  `pyspark.accumulators._accumulatorRegistry`, which it empties when a task starts. An
+  object in an accumulator the task registers itself (`_deserialize_accumulator`, under
+  `tasks.TASK_END_ACCUMULATOR_ID`) whose pickling prepares the batch is how operators
+  without an end-of-partition hook (applyInPandasWithState) prepare at the end of the task.
 * `UDF_UNPICKLED_IN_TASK`: a Python worker unpickles the operator's function in every
   task, after it set the task's `TaskContext` (the task function: `_setTaskContext`
   before `read_udfs`), also for a partition without data. Unpickling an object inside the
@@ -46,8 +48,10 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
 * `STREAM_ADMISSION_CONTROL` (a capability, not an internal): Python streaming sources
   have admission control (`pyspark.sql.streaming.datasource`, `latestOffset(start, limit)`)
   from 4.2; the state reader's change stream uses it where `FACTS.stream_admission_control`.
-* `ACCUMULATOR_REGISTRY`: the driver adds the tasks' accumulator updates to the object
-  its registry (`pyspark.accumulators._accumulatorRegistry`) holds under their id.
+* `ACCUMULATOR_REGISTRY`: a classic driver adds the tasks' accumulator updates to the
+  object its registry (`pyspark.accumulators._accumulatorRegistry`) holds under their id;
+  before 4.2 an id it does not hold fails the update, so `accept_task_end_updates` puts a
+  discarding accumulator there under the end-of-task hook's id.
 """
 
 from __future__ import annotations
@@ -67,10 +71,9 @@ from spark_statestore.spark.compat.driver import (
     executor_cores,
     jvm_session,
     py4j_gateway,
-    receives_updates,
 )
 from spark_statestore.spark.compat.minors import PysparkInternalError, minors_with
-from spark_statestore.spark.compat.tasks import arrow_schema, run_at_task_end
+from spark_statestore.spark.compat.tasks import accept_task_end_updates, arrow_schema, run_at_task_end
 
 __all__ = [
     "BATCH_ID_PROPERTY",
@@ -78,6 +81,7 @@ __all__ = [
     "QUERY_ID_PROPERTY",
     "VERSION",
     "PysparkInternalError",
+    "accept_task_end_updates",
     "active_session",
     "arrow_schema",
     "check_internals",
@@ -91,7 +95,6 @@ __all__ = [
     "jvm_session",
     "minors_with",
     "py4j_gateway",
-    "receives_updates",
     "run_at_task_end",
     "trigger_clock",
 ]

@@ -1,5 +1,5 @@
 """Internals used on the driver: the py4j JVM behind a classic SparkSession, Spark's
-listener bus, log4j, the scheduler's cores and the accumulator registry."""
+listener bus, log4j and the scheduler's cores."""
 
 from __future__ import annotations
 
@@ -107,12 +107,3 @@ def executor_cores(spark: Any, get: Callable[[str], str | None]) -> int:
     except Exception as e:
         raise _error("EXECUTOR_CORES", f"the scheduler or status store cannot be asked: {e}") from e
     return max(cores, default=1)
-
-
-def receives_updates(accumulator: Any) -> bool:
-    """Whether the tasks' updates of `accumulator` reach this object: the driver adds them
-    to whatever its accumulator registry holds under the accumulator's id, and any
-    `pyspark.accumulators.Accumulator(id, ...)` made later in the driver replaces it there."""
-    from pyspark.accumulators import _accumulatorRegistry
-
-    return _accumulatorRegistry.get(accumulator.aid) is accumulator

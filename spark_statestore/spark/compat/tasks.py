@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pyspark
+from pyspark.accumulators import AccumulatorParam
 
 from spark_statestore.spark.compat.minors import PysparkMinor, internal_error
 
@@ -30,23 +31,65 @@ def event_time_watermark(facts: PysparkMinor, handle: Any) -> int:
     return int(client.get_timestamps("EventTime")[1])
 
 
+# The id of the accumulator that carries end-of-task hooks: SparkContext numbers its own
+# accumulators from 0 up and pyspark's special ones are -1 and -2.
+TASK_END_ACCUMULATOR_ID = -6_180_339
+
+
+class _Hooks(AccumulatorParam):
+    """In a task: the hooks to run at its end, in a list."""
+
+    def zero(self, value: Any) -> list:  # noqa: ARG002 - the interface's signature
+        return []
+
+    def addInPlace(self, value1: list, value2: list) -> list:
+        value1.extend(value2)
+        return value1
+
+
+class _Discard(_Hooks):
+    """On the driver: what arrives of the hooks (None each) is dropped."""
+
+    def addInPlace(self, value1: list, value2: list) -> list:  # noqa: ARG002
+        return value1
+
+
 class _AtTaskEnd:
     """An accumulator entry that runs `finish()` when the worker sends the accumulators
-    (see `WORKER_SENDS_ACCUMULATORS_LAST`); what `finish()` returns is what the driver
-    receives. An exception fails the task."""
+    (see `WORKER_SENDS_ACCUMULATORS_LAST`); the driver receives None. An exception fails
+    the task."""
 
     def __init__(self, finish: Callable[[], Any]) -> None:
         self.finish = finish
 
     def __reduce__(self) -> tuple:
-        return _identity, (self.finish(),)
+        self.finish()
+        return _none, ()
 
 
-def _identity(value: Any) -> Any:
-    return value
+def _none() -> None:
+    return None
 
 
-def run_at_task_end(accumulator: Any, finish: Callable[[], Any]) -> None:
-    """Run `finish()` after the task's output is complete, before the task succeeds; its
-    result is added to `accumulator` (whose param must merge lists)."""
-    accumulator.add([_AtTaskEnd(finish)])
+def run_at_task_end(finish: Callable[[], Any]) -> None:
+    """Run `finish()` after the task's output is complete, before the task succeeds.
+
+    The worker sends the values of every accumulator in its registry at the end of the
+    task (the registry is emptied when a task starts), so the hook rides on an accumulator
+    the task registers itself: nothing is built for it on the driver, and a session
+    without accumulators (Spark Connect) needs none."""
+    from pyspark.accumulators import Accumulator, _accumulatorRegistry
+
+    hooks = _accumulatorRegistry.get(TASK_END_ACCUMULATOR_ID)
+    if hooks is None or type(hooks.accum_param) is not _Hooks:
+        hooks = Accumulator(TASK_END_ACCUMULATOR_ID, [], _Hooks())
+    hooks.add([_AtTaskEnd(finish)])
+
+
+def accept_task_end_updates() -> None:
+    """Let this driver receive the end-of-task hooks' (empty) updates: pyspark before 4.2
+    fails on an update for an id its registry does not hold (`ACCUMULATOR_REGISTRY`)."""
+    from pyspark.accumulators import Accumulator, _accumulatorRegistry
+
+    if TASK_END_ACCUMULATOR_ID not in _accumulatorRegistry:
+        Accumulator(TASK_END_ACCUMULATOR_ID, [], _Discard())

@@ -1,212 +1,199 @@
-"""Task metrics of the state layer, gathered per micro-batch on the driver.
+"""Per-batch metrics of the state layer, read from the checkpoint location.
 
-Each task adds its record (`TaskMetrics`: batch, partition, attempt and what it
-measured) to an accumulator in `close()`; accumulator updates reach the driver before
-the batch's `onQueryProgress`. A `StreamingQueryListener` then drains the accumulator, keeps one
-record per (query, batch, partition) - the latest attempt, since a re-run batch may
-report twice - and keeps a per-batch summary for `recent()`, logged to the driver log.
+Every task keeps its `TaskMetrics` record next to the changelog it prepares
+(`partition.task_records`); `StateStoreMetrics(checkpoint)` reads them back for the
+committed batches, one record per (batch, partition): the one of the attempt whose
+changelog is the batch's durable one. It joins the driver's facts of each batch that the
+JVM shim keeps (`batch_facts`: rows Spark dropped behind the watermark, early triggers).
+Nothing here needs a SparkContext or an accumulator: a Spark Connect client, a new driver
+after a restart and a notebook reading an old checkpoint see the same figures.
+
+`BatchLog` logs each newly committed batch once, when Spark reports the query's progress
+(into the driver's log4j log too in classic sessions).
 """
 
 from __future__ import annotations
 
-import collections
-import datetime
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
-from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from spark_statestore.partition.task_records import committed_task_records
 from spark_statestore.spark import compat
-from spark_statestore.spark.driver.governor import BatchReport
-from spark_statestore.spark.task_metrics import summarize
+from spark_statestore.spark.batch_facts import ABSENT, read_batch_facts
+from spark_statestore.spark.task_metrics import checked_record, summarize
 
 log = logging.getLogger("spark_statestore.spark")
-
-
-class TaskRecordsParam(AccumulatorParam):
-    """An accumulator of task records: lists, extended in place (so the driver can drain
-    the list it holds while tasks' updates are merged into it)."""
-
-    def zero(self, value: list) -> list:  # noqa: ARG002 - the interface's signature
-        return []
-
-    def addInPlace(self, value1: list, value2: list) -> list:
-        value1.extend(value2)
-        return value1
+LOGGED_BATCHES = 20  # at most this many newly committed batches are logged at one progress event
 
 
 class StateStoreMetrics:
-    """Driver-side collector: `recent()` per batch, `tasks()` per partition. With a
-    `governor`, every batch's task peaks of uncommitted bytes are reported to it (the
-    end-of-batch crossing of the early trigger) and its decision joins the batch's row
-    (`early_triggers`, `early_trigger_reason`)."""
+    """The metrics of the state under one checkpoint location (module docstring)."""
 
-    def __init__(self, spark: Any, keep_batches: int = 1000, governor: Any = None) -> None:
-        self.accumulator = spark.sparkContext.accumulator([], TaskRecordsParam())
+    def __init__(self, checkpoint_location: str, filesystem: Any = None) -> None:
+        self.checkpoint_location = checkpoint_location
+        self.filesystem = filesystem
+        self.query_id: str | None = None  # learnt from the records
+        self._reported: set[str] = set()
         self._lock = threading.Lock()
-        self._tasks: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
-        self._batches: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
-        self._keep = keep_batches
-        self._logger = _driver_logger(spark)
-        self._listener = _Listener(self)
-        self.spark = spark
-        self._late: dict[tuple, int] = {}
-        self._starts: dict[tuple, int] = {}  # batch start times (epoch ms) from Spark's progress
-        self._stopped = False
-        self._governor = governor
-        self._displaced = False
-        spark.streams.addListener(self._listener)
 
-    def drain(self) -> list[dict]:
-        """Move new task records into the per-batch tables; returns the batches updated."""
-        self._check_registered()
-        pending = self.accumulator.value
-        count = len(pending)
-        new = pending[:count]
-        del pending[:count]
-        touched = set()
+    def _warn(self, problems: list[str]) -> None:
+        """Log each skipped file once (reading goes on without it)."""
         with self._lock:
-            for record in new:
-                task_key = (record.get("query_id"), record["batch_id"], record["partition"])
-                previous = self._tasks.get(task_key)
-                if previous is None or (record["attempt"], record["task_attempt_id"]) >= (
-                    previous["attempt"],
-                    previous["task_attempt_id"],
-                ):
-                    self._tasks[task_key] = record
-                touched.add(task_key[:2])
-            summaries = []
-            for batch_key in sorted(touched, key=lambda k: (str(k[0]), k[1])):
-                records = [r for k, r in self._tasks.items() if k[:2] == batch_key]
-                summary = summarize(records)
-                summary["rows_dropped_by_watermark"] = self._late.get((str(batch_key[0]), batch_key[1]), 0)
-                summary.update(self._early_trigger(batch_key, records))
-                self._batches[batch_key] = summary
-                summaries.append(summary)
-            while len(self._batches) > self._keep:
-                old, _ = self._batches.popitem(last=False)
-                for key in [k for k in self._tasks if k[:2] == old]:
-                    del self._tasks[key]
-                self._late.pop((str(old[0]), old[1]), None)
-                self._starts.pop((str(old[0]), old[1]), None)
-        return summaries
+            new = [p for p in problems if p not in self._reported]
+            self._reported.update(new)
+        for problem in new:
+            log.warning("spark_statestore metrics of %s: %s", self.checkpoint_location, problem)
 
-    def _check_registered(self) -> None:
-        """Warn (once) when the tasks' records stopped reaching this collector's accumulator."""
-        if self._displaced or compat.receives_updates(self.accumulator):
-            return
-        self._displaced = True
-        log.warning(
-            "spark_statestore metrics: another accumulator was registered with id %s in this driver "
-            "(was pyspark.accumulators.Accumulator(%s, ...) made directly?): the task records of "
-            "queries from now on reach it instead of this session's metrics",
-            self.accumulator.aid,
-            self.accumulator.aid,
-        )
+    def task_records(self, batches: int | None = None, after: int = -1) -> list[dict]:
+        """The records of the newest `batches` committed batches (all with None) after
+        batch `after`, ordered by batch and partition."""
+        read = committed_task_records(self.checkpoint_location, batches, self.filesystem, after)
+        records, problems = [], list(read.problems)
+        for key, record in sorted(read.records.items()):
+            try:
+                checked_record(record)
+                if (record["batch_id"], record["partition"]) != key:
+                    raise ValueError(f"is of batch {record['batch_id']}, partition {record['partition']}")
+            except ValueError as e:
+                problems.append(f"metrics record {read.files[key]} {e}: skipped")
+                continue
+            records.append(record)
+        self._warn(problems)
+        if records and records[-1]["query_id"] is not None:
+            self.query_id = records[-1]["query_id"]
+        return records
 
-    def _early_trigger(self, batch_key: tuple, records: list[dict]) -> dict:
-        """Report the batch's peaks to the governor; its decision for the batch."""
-        governor = self._governor
-        query_id, batch_id = batch_key
-        if governor is None or query_id is None:
-            return {"early_triggers": 0, "early_trigger_reason": None}
-        limit = max(int(r.get("uncommitted_limit", -1)) for r in records)
-        peaks = {int(r["partition"]): int(r.get("uncommitted_bytes_peak", 0)) for r in records}
-        starts = self._starts
-        start, previous = starts.get((str(query_id), batch_id)), starts.get((str(query_id), batch_id - 1))
-        accumulated = None if start is None or previous is None else start - previous
-        governor.on_batch_end(BatchReport(str(query_id), int(batch_id), peaks, limit, accumulated))
-        return governor.batch_metrics(str(query_id), int(batch_id))
-
-    def _report(self, summaries: list[dict]) -> None:
-        for s in summaries:
-            message = (
-                f"spark_statestore batch {s['batch_id']}: partitions={s['partitions']} "
-                f"rows_written={s['rows_written']} changelog_bytes={s['changelog_bytes']} "
-                f"uncommitted_peak={s['uncommitted_bytes_peak']:.0f} spills={s['spills']} "
-                f"cache hits/misses/evictions/flushes={s['cache_hits']}/{s['cache_misses']}/"
-                f"{s['cache_evictions']}/{s['cache_flushes']} dropped={s['dropped_records']} "
-                f"late_rows={s.get('rows_dropped_by_watermark', 0)} "
-                f"open={s['open_seconds']:.3f}s prepare={s['prepare_seconds']:.3f}s restored={s['restored']}"
-            )
-            if s.get("early_triggers"):
-                message += f" early_trigger=1 ({s['early_trigger_reason']})"
-            self._logger(message)
+    def batches(self, batches: int | None = None, after: int = -1) -> list[dict]:
+        """One summary per committed batch (`summarize`; arguments as `task_records`),
+        with the driver's facts of the batch where the JVM shim kept them (else
+        `rows_dropped_by_watermark` is None and `early_triggers` 0)."""
+        by_batch: dict[int, list[dict]] = {}
+        for record in self.task_records(batches, after):
+            by_batch.setdefault(record["batch_id"], []).append(record)
+        facts, problems = read_batch_facts(self.checkpoint_location, by_batch, self.filesystem)
+        self._warn(problems)
+        out = []
+        for batch, records in by_batch.items():
+            summary = summarize(records)
+            summary.update(facts[batch].metrics() if batch in facts else ABSENT)
+            out.append(summary)
+        return out
 
     def recent(self, batches: int = 20) -> Any:
-        """The latest batches' summaries as a pandas DataFrame (one row per batch)."""
+        """The newest `batches` committed batches' summaries as a pandas DataFrame (one row
+        per batch)."""
         import pandas as pd
 
-        self.drain()
-        with self._lock:
-            rows = list(self._batches.values())[-batches:]
-        return pd.DataFrame(rows)
+        return pd.DataFrame(self.batches(batches))
 
-    def tasks(self) -> Any:
-        """Every kept task record as a pandas DataFrame (one row per batch and partition)."""
+    def tasks(self, batches: int | None = None) -> Any:
+        """The task records of the newest `batches` committed batches (all kept ones with
+        None) as a pandas DataFrame (one row per batch and partition)."""
         import pandas as pd
 
-        self.drain()
-        with self._lock:
-            return pd.DataFrame(list(self._tasks.values()))
+        return pd.DataFrame(self.task_records(batches))
 
-    def record_progress(self, progress: Any) -> None:
-        """Keep Spark's count of input rows it dropped as late (behind the watermark), and
-        when the batch started."""
-        late = sum(int(op.numRowsDroppedByWatermark or 0) for op in (progress.stateOperators or []))
-        key = (str(progress.id), int(progress.batchId))
-        started = datetime.datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00"))
+
+class BatchLog:
+    """Logs each newly committed batch of the watched checkpoints once (one line per
+    batch), when Spark reports a query's progress; into the driver log too where the
+    session has a JVM (classic sessions), Python logging alone otherwise."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self._logger = _driver_logger(spark)
+        self._lock = threading.Lock()
+        self._watched: dict[str, tuple[StateStoreMetrics, int]] = {}  # location -> (metrics, last logged batch)
+        self._listener = _Listener(self)
+        self._stopped = False
+        spark.streams.addListener(self._listener)
+
+    def watch(self, metrics: StateStoreMetrics) -> None:
+        """Log the batches of `metrics`' checkpoint committed from now on."""
+        head = max((r["batch_id"] for r in metrics.task_records(1)), default=-1)
         with self._lock:
-            self._late[key] = late
-            self._starts[key] = int(started.timestamp() * 1000)
-            summary = self._batches.get((key[0], key[1]))
-            if summary is not None:
-                summary["rows_dropped_by_watermark"] = late
+            self._watched.setdefault(metrics.checkpoint_location, (metrics, head))
+
+    def on_progress(self, query_id: str | None) -> None:
+        """Log the batches committed since the last call (of the query, once its
+        checkpoint is known to be the query's)."""
+        with self._lock:
+            watched = list(self._watched.items())
+        for location, (metrics, logged) in watched:
+            if query_id is not None and metrics.query_id not in (None, query_id):
+                continue
+            summaries = metrics.batches(LOGGED_BATCHES, after=logged)
+            for summary in summaries:
+                self._logger(batch_line(summary))
+            if summaries:
+                with self._lock:
+                    self._watched[location] = (metrics, summaries[-1]["batch_id"])
 
     @property
     def stopped(self) -> bool:
-        """Whether this collector stopped listening, or its SparkContext is gone."""
-        return self._stopped or compat.context_stopped(self.spark)
+        """Whether this log stopped listening, or its SparkContext is gone."""
+        return self._stopped or (compat.jvm_session(self.spark) is not None and compat.context_stopped(self.spark))
 
     def stop(self) -> None:
-        """Stop listening (the collected metrics stay readable). Events Spark already queued
-        are delivered first, so no call reaches a Python that has gone away."""
+        """Stop listening. Events Spark already queued are delivered first, so no call
+        reaches a Python that has gone away."""
         if self.stopped:
             self._stopped = True
             return
         self._stopped = True
-        compat.drain_listener_bus(self.spark)
+        if compat.jvm_session(self.spark) is not None:
+            compat.drain_listener_bus(self.spark)
         self.spark.streams.removeListener(self._listener)
 
 
+def batch_line(s: dict) -> str:
+    """The driver log's line of one batch summary."""
+    late = s.get("rows_dropped_by_watermark")
+    message = (
+        f"spark_statestore batch {s['batch_id']}: partitions={s['partitions']} "
+        f"rows_written={s['rows_written']} changelog_bytes={s['changelog_bytes']} "
+        f"uncommitted_peak={s['uncommitted_bytes_peak']:.0f} spills={s['spills']} "
+        f"cache hits/misses/evictions/flushes={s['cache_hits']}/{s['cache_misses']}/"
+        f"{s['cache_evictions']}/{s['cache_flushes']} dropped={s['dropped_records']} "
+        f"late_rows={'?' if late is None else late} "
+        f"open={s['open_seconds']:.3f}s prepare={s['prepare_seconds']:.3f}s restored={s['restored']}"
+    )
+    if s.get("early_triggers"):
+        message += f" early_trigger=1 ({s['early_trigger_reason']})"
+    return message
+
+
 class _Listener(StreamingQueryListener):
-    def __init__(self, metrics: StateStoreMetrics) -> None:
-        self._metrics = metrics
+    def __init__(self, batch_log: BatchLog) -> None:
+        self._log = batch_log
 
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
-        try:
-            progress = getattr(event, "progress", None)
-            if progress is not None:
-                self._metrics.record_progress(progress)
-            self._metrics._report(self._metrics.drain())
-        except Exception:  # a listener must never break the query
-            log.warning("spark_statestore metrics listener failed", exc_info=True)
+        progress = getattr(event, "progress", None)
+        self._log_batches(None if progress is None else str(progress.id))
 
     def onQueryIdle(self, event: Any) -> None:
         pass
 
     def onQueryTerminated(self, event: Any) -> None:
-        self.onQueryProgress(event)
+        self._log_batches(str(event.id))
+
+    def _log_batches(self, query_id: str | None) -> None:
+        try:
+            self._log.on_progress(query_id)
+        except Exception:  # a listener must never break the query
+            log.warning("spark_statestore metrics listener failed", exc_info=True)
 
 
-def _driver_logger(spark: Any) -> Any:
-    """Log into the driver's log (and Python logging); Python logging alone without a JVM."""
-    jlog = compat.driver_logger(spark)
+def _driver_logger(spark: Any) -> Callable[[str], None]:
+    """Log into the driver's log (and Python logging); Python logging alone without a
+    JVM (a Spark Connect client)."""
+    jlog = compat.driver_logger(spark) if compat.jvm_session(spark) is not None else None
     if jlog is None:
         return log.info
 

@@ -34,7 +34,6 @@ class OperatorConfig:
     checkpoint_location: str
     declarations: tuple[Declaration, ...]
     settings: StateStoreSettings
-    accumulator: Any = None
     operator: str = "transformWithStateInPandas"
     partitions: int | None = None
     signal_target: SignalTarget | None = None  # where tasks send in-flight crossings
@@ -106,10 +105,11 @@ def build_operator(
         checkpoint_location,
         declarations,
         settings,
-        services.metrics.accumulator,
         operator,
         partitions,
         services.signal_target,
     )
     record_query_layout(checkpoint_location, config.layout)
-    return config, services.metrics
+    metrics = StateStoreMetrics(checkpoint_location)
+    services.batch_log.watch(metrics)
+    return config, metrics

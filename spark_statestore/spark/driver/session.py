@@ -1,6 +1,6 @@
 """What the driver keeps for each SparkSession that runs stateful operators.
 
-* the metrics collector (`StateStoreMetrics`: task records per batch, `recent()`);
+* the log of the committed batches' metrics (`BatchLog`);
 * the early trigger: the JVM shim activated in the driver (`SessionShim`), the governor
   that decides which query's next batch starts early, and the signal server that tasks
   send in-flight crossings to (its address and secret travel in the operator config).
@@ -18,7 +18,7 @@ from typing import Any
 
 from spark_statestore.spark.driver.governor import EarlyTriggerGovernor
 from spark_statestore.spark.driver.jvm import QueryTrigger, SessionShim, ShimStatus
-from spark_statestore.spark.driver.metrics import StateStoreMetrics
+from spark_statestore.spark.driver.metrics import BatchLog
 from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED, StateStoreSettings
 from spark_statestore.spark.driver.signal_server import SignalServer, driver_addresses
 from spark_statestore.spark.reader import register_reader
@@ -40,7 +40,7 @@ class _NoShim:
 
 
 class SessionServices:
-    """The metrics collector and the early trigger of one SparkSession (module docstring)."""
+    """The metrics log and the early trigger of one SparkSession (module docstring)."""
 
     def __init__(self, spark: Any, settings: StateStoreSettings) -> None:
         self.spark = spark
@@ -51,7 +51,7 @@ class SessionServices:
             conf = spark.sparkContext.getConf()
             bind, advertised = driver_addresses(lambda key: conf.get(key, None))
             self.signals = SignalServer(self.governor.on_signal, bind, advertised, settings.signal_port)
-        self.metrics = StateStoreMetrics(spark, governor=self.governor)
+        self.batch_log = BatchLog(spark)
         register_reader(spark)  # the state of the operators built here can be read back
     @property
     def signal_target(self) -> SignalTarget | None:
@@ -60,11 +60,11 @@ class SessionServices:
 
     @property
     def stopped(self) -> bool:
-        return self.metrics.stopped
+        return self.batch_log.stopped
 
     def stop(self) -> None:
-        """Stop listening and receiving (the collected metrics stay readable)."""
-        self.metrics.stop()
+        """Stop listening and receiving."""
+        self.batch_log.stop()
         if self.signals is not None:
             self.signals.close()
 
@@ -86,11 +86,6 @@ def session_services(spark: Any, settings: StateStoreSettings | None = None) -> 
         services = SessionServices(spark, settings or StateStoreSettings.from_spark(spark))
         _services.append(services)
         return services
-
-
-def metrics_for(spark: Any) -> StateStoreMetrics:
-    """The driver's metrics collector of a SparkSession (one per session)."""
-    return session_services(spark).metrics
 
 
 @atexit.register

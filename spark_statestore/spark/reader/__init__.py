@@ -21,11 +21,23 @@ committed changes exactly once (offsets are batch ids; `startingBatchId`, and wh
 pyspark's Python streaming sources have admission control `maxBatchesPerTrigger` or
 `maxRowsPerTrigger`). `format("spark_statestore_metadata")`
 describes the state: stores, partitions, committed and retained versions, snapshots, bytes.
-`register_reader(spark)` registers both formats (building any operator does it too).
+`format("spark_statestore_metrics")` gives the per-batch metrics (`option("level",
+"tasks")`: per batch and partition), as `StateStoreMetrics(checkpoint)` does.
+`register_reader(spark)` registers the three formats (building any operator does it too).
 """
 
 from spark_statestore.spark.reader.columns import column_for
+from spark_statestore.spark.reader.metrics import METRICS_FORMAT, MetricsDataSource
 from spark_statestore.spark.reader.request import FORMAT, METADATA_FORMAT
 from spark_statestore.spark.reader.sources import StateMetadataDataSource, StateStoreDataSource, register_reader
 
-__all__ = ["FORMAT", "METADATA_FORMAT", "StateMetadataDataSource", "StateStoreDataSource", "column_for", "register_reader"]
+__all__ = [
+    "FORMAT",
+    "METADATA_FORMAT",
+    "METRICS_FORMAT",
+    "MetricsDataSource",
+    "StateMetadataDataSource",
+    "StateStoreDataSource",
+    "column_for",
+    "register_reader",
+]

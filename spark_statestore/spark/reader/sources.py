@@ -1,4 +1,4 @@
-"""The two data sources and their registration in a session."""
+"""The data sources and their registration in a session."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from spark_statestore.spark import compat
 from spark_statestore.spark.reader.changes import ChangeFeedReader
 from spark_statestore.spark.reader.columns import change_schema, record_schema
 from spark_statestore.spark.reader.metadata import METADATA_SCHEMA, MetadataReader
+from spark_statestore.spark.reader.metrics import MetricsDataSource
 from spark_statestore.spark.reader.records import RecordsReader
 from spark_statestore.spark.reader.request import FORMAT, METADATA_FORMAT, ReadRequest, option
 from spark_statestore.spark.reader.stream import change_stream_reader
@@ -66,8 +67,10 @@ class StateMetadataDataSource(DataSource):
 
 
 def register_reader(spark: Any) -> None:
-    """Register the `spark_statestore` and `spark_statestore_metadata` formats in a session
+    """Register the `spark_statestore`, `spark_statestore_metadata` and
+    `spark_statestore_metrics` formats in a session
     (as its active session: see `compat.active_session`)."""
     with compat.active_session(spark):
         spark.dataSource.register(StateStoreDataSource)
         spark.dataSource.register(StateMetadataDataSource)
+        spark.dataSource.register(MetricsDataSource)

@@ -1,14 +1,15 @@
 """The partition state of one Spark task: the one protocol every operator adapter uses.
 
 A task opens its partition's `PartitionState` for its micro-batch (`open`), works on the
-typed stores, and at its end prepares the batch's changelog and releases the partition
-(`finish`), reporting its metrics; a failed attempt releases it without preparing
+typed stores, and at its end prepares the batch's changelog, keeps its metrics record
+next to it and releases the partition (`finish`); a failed attempt releases it without preparing
 (`abort`). The prepared changelog commits when Spark runs the next batch. What a worker
 keeps between tasks (record cache, uploader, open states) is its `WorkerRuntime`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
 
@@ -26,6 +27,8 @@ from spark_statestore.spark.worker.task import TaskInfo
 from spark_statestore.stores.spec import Clock
 from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.txn.isolation import IsolationLevel
+
+log = logging.getLogger("spark_statestore.spark")
 
 OnChanges = Callable[[str, "list[Change]"], Any]
 
@@ -125,9 +128,9 @@ class TaskState:
         """Flush every record cache now (what `finish` would do first)."""
         self._open_partition().flush_caches()
 
-    def finish(self, report: bool = True) -> dict:
-        """Prepare the batch's changelog, release the partition, report the metrics (to the
-        accumulator, unless the record is being sent already: see `finish_at_task_end`)."""
+    def finish(self) -> dict:
+        """Prepare the batch's changelog, keep the task's metrics record with it (durably:
+        `StateStoreMetrics` reads it back), release the partition; returns the record."""
         partition = self._open_partition()
         try:
             windows = [s for s in partition.stores.values() if isinstance(s, WindowStore)]
@@ -137,20 +140,26 @@ class TaskState:
                         store.advance_stream_time(self.watermark)
             dropped = sum(s.metrics.dropped_records_total for s in windows)
             metrics = partition.prepare()
+            record = self._record(metrics, dropped)
+            self._keep(partition, record)
         except BaseException:
             self.abort()
             raise
         self._release()
-        record = self._record(metrics, dropped)
-        accumulator = self.config.accumulator
-        if report and accumulator is not None:
-            accumulator.add([record])
         return record
+
+    def _keep(self, partition: PartitionState, record: dict) -> None:
+        """Keep the record with the changelog; the batch's state does not depend on it, so
+        a failure to write it costs the record only (logged in the executor's log)."""
+        try:
+            partition.keep_metrics(record)
+        except Exception:  # noqa: BLE001 - any storage error: the changelog is published already
+            log.warning("spark_statestore: the metrics record of %s was not kept", partition, exc_info=True)
 
     def finish_at_task_end(self) -> None:
         """Prepare when the task's output is complete (for operators without an
-        end-of-partition hook): the record reaches the metrics accumulator then."""
-        compat.run_at_task_end(self.config.accumulator, lambda: self.finish(report=False))
+        end-of-partition hook)."""
+        compat.run_at_task_end(self.finish)
 
     def abort(self) -> None:
         """Release the partition without preparing (a failed or abandoned attempt)."""
@@ -164,7 +173,7 @@ class TaskState:
             partition.close()
 
     def _record(self, metrics: PartitionMetrics, dropped: int) -> dict:
-        """The task's `TaskMetrics`, as the dict the metrics accumulator carries."""
+        """The task's `TaskMetrics`, as the dict that is kept with the changelog."""
         cache = self._runtime.cache
         start = self._cache_start
         stats = cache.stats() if cache is not None and start else {}
@@ -198,8 +207,6 @@ def state_of_current_task(config: OperatorConfig, task: TaskInfo, runtime: Worke
     for state in runtime.open_states.values():
         if state.task.task_attempt_id == task.task_attempt_id and state.config is config:
             return state
-    if config.accumulator is None:
-        raise StateStoreError("state that is prepared at the end of the task needs the metrics accumulator")
     state = TaskState(config, task, runtime=runtime).open()
     state.finish_at_task_end()
     return state
