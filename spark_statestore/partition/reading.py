@@ -118,10 +118,18 @@ class VersionReader:
     """One partition's state at one version, rebuilt privately (a context manager: the
     private copy is deleted on exit)."""
 
-    def __init__(self, state: StateLocation, partition: int, version: int, workdir: str | None = None) -> None:
+    def __init__(
+        self,
+        state: StateLocation,
+        partition: int,
+        version: int,
+        committed: int | None = None,
+        workdir: str | None = None,
+    ) -> None:
         self.state = state
         self.partition = partition
         self.version = version
+        self.committed = committed  # the newest committed version (Recovery.load)
         self._workdir = tempfile.mkdtemp(prefix="statestore-reader-", dir=workdir)
         self.db: TransactionalDatabase | None = None
         self.loaded: VersionId | None = None
@@ -139,7 +147,7 @@ class VersionReader:
             chunk_bytes=DEFAULT_CHUNK_BYTES,
         )
         try:
-            self.db, self.loaded = recovery.load(self.version)
+            self.db, self.loaded = recovery.load(self.version, self.committed)
         except MissingStateError as e:
             changelogs, snapshots = self.state.versions(self.partition)
             raise MissingStateError(
@@ -191,10 +199,15 @@ def changes(
     state: StateLocation, partition: int, spec: StoreSpec, start: int, end: int, workdir: str | None = None
 ) -> Iterator[ChangeRecord]:
     """The changes of store `spec` in batches `start`..`end` of a partition, from the
-    durable changelogs (each verified before a record is read)."""
+    durable changelogs (each verified before a record is read). Where a batch has
+    set-aside changelogs, the one the next committed batch built on is read; durable
+    versions above Spark's newest commit (a rolled-back run's) decide nothing (without a
+    commit log: the newest durable version decides)."""
     durable = state.durable(partition)
     available, asides = list_changelogs(durable)
-    chain = follow_chain(durable, available, asides, max(available, default=end))
+    committed = state.committed_batch()
+    head = max(available, default=end) if committed is None else max(end, committed)
+    chain = follow_chain(durable, available, asides, head)
     scratch = tempfile.mkdtemp(prefix="statestore-changes-", dir=workdir)
     try:
         for version in range(start, end + 1):
