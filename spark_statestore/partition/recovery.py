@@ -297,9 +297,9 @@ class Recovery:
             raise Vanished(f"changelog {self.durable.uri(name)} disappeared") from e
         self.metrics.changelogs_downloaded += 1
         try:
-            changelog = Changelog(path, version, self.partition)
+            changelog = Changelog(path, version, self.partition, source=self.durable.uri(name))
         except CorruptStateError as e:
             os.remove(path)
-            raise CorruptStateError(f"changelog {self.durable.uri(name)} (version {version}) is damaged: {e}") from e
+            raise CorruptStateError(f"the durable changelog of partition {self.partition} is damaged: {e}") from e
         history.downloaded(version, changelog.id)  # replaced between the two reads: read it again next time
         return changelog
