@@ -253,6 +253,8 @@ def test_task_state_views_and_the_watermark_of_zero(tmp_path):
     assert (record["batch_id"], record["watermark"], record["task_attempt_id"]) == (0, 0, 9)
     kept = os.listdir(os.path.join(config.checkpoint_location, "statestore", "0"))
     assert [name for name in kept if name.endswith(".metrics")] != [], kept  # the record is kept with the changelog
+    os.makedirs(os.path.join(config.checkpoint_location, "commits"))
+    open(os.path.join(config.checkpoint_location, "commits", "0"), "w").close()  # as Spark's driver does
     state = TaskState(config, TaskInfo(1, 0, 0, 10, "q", 1)).open()
     assert state["w"].observed_stream_time == 0
     state.abort()
