@@ -136,8 +136,10 @@ def test_metrics_view(spark, job):
     recent = StateStoreMetrics(checkpoint).recent()
     assert list(batches.columns) == list(recent.columns)
     for column in recent.columns:
-        ours, theirs = (None if pd.isna(v) else v for v in batches[column]), (None if pd.isna(v) else v for v in recent[column])
-        assert list(ours) == list(theirs), column
+        def plain(values):
+            return [None if pd.isna(v) else v for v in values]
+
+        assert plain(batches[column]) == plain(recent[column]), column
     tasks = _metrics(spark, checkpoint, level="tasks", batches=2)
     assert sorted(zip(tasks["batch_id"], tasks["partition"])) == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert list(tasks.columns) == list(StateStoreMetrics(checkpoint).tasks().columns)

@@ -243,7 +243,8 @@ def test_batch_facts_parse_the_jvm_format():
     assert facts.early_trigger is not None and facts.early_trigger.source == "in_flight"
     assert facts.metrics() == {"rows_dropped_by_watermark": 4, "early_triggers": 1,
                                "early_trigger_reason": "partition 0 passed 500 bytes"}
-    unwoken = parse_batch_facts(json.dumps(_facts(3, early_trigger={**_facts(3)["early_trigger"], "woken": False})).encode(), 3)
+    trigger = {**_facts(3)["early_trigger"], "woken": False}
+    unwoken = parse_batch_facts(json.dumps(_facts(3, early_trigger=trigger)).encode(), 3)
     assert unwoken.metrics()["early_triggers"] == 0
 
 

@@ -47,7 +47,9 @@ def _request(options: Any) -> tuple[str, str, int | None]:
                          "checkpointLocation, level, batches")
     location = option(options, "checkpointLocation") or option(options, "path")
     if not location:
-        raise ValueError(f"the {METRICS_FORMAT} source needs option checkpointLocation (the query's checkpoint location)")
+        raise ValueError(
+            f"the {METRICS_FORMAT} source needs option checkpointLocation (the query's checkpoint location)"
+        )
     level = str(option(options, "level", "batches")).strip().lower()
     if level not in LEVELS:
         raise ValueError(f"option level must be one of {list(LEVELS)}, got {option(options, 'level')!r}")
