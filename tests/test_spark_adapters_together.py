@@ -83,6 +83,7 @@ def _check(spark, checkpoint: str, query) -> None:
     assert written == {n: len(set(keys)) for n, keys in enumerate(BATCHES)}
     recent = metrics.recent()
     assert recent["rows_written"].tolist() == [len(set(keys)) for keys in BATCHES]
+    assert StateStoreMetrics(checkpoint).recent().equals(recent)  # a new reader (a restarted driver) sees the same
     read = spark.read.format("spark_statestore_metrics").load(checkpoint).toPandas()
     assert read["rows_written"].tolist() == recent["rows_written"].tolist()
     assert read["batch_id"].tolist() == recent["batch_id"].tolist()

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from spark_statestore.partition.stats import COMBINE, MAX, SUM, PartitionMetrics, combined_fields, metric
-from spark_statestore.spark.task_metrics import MAXED, SUMMED, TaskMetrics, metric_name, summarize
+from spark_statestore.spark.task_metrics import MAXED, SUMMED, TaskMetrics, checked_record, metric_name, summarize
 
 # the per-batch columns notebooks, benchmarks and the driver log read
 BATCH_COLUMNS = {
@@ -62,3 +62,21 @@ def test_metric_names_are_checked():
     with pytest.raises(ValueError, match="combine must be 'sum', 'max' or None, got 'last'"):
         metric(0, "last")
     assert MAX == "max"
+
+
+def test_a_record_read_back_is_checked_field_by_field():
+    """Records come back from files anyone could have written: each field must be there,
+    with its type (flags as 0/1), and no other."""
+    record = TaskMetrics.of(PartitionMetrics(kept_open=True), batch_id=1, partition=0).as_dict()
+    assert checked_record(dict(record)) == record
+    for change, message in [
+        ({"rows_written": 1.5}, "has rows_written 1.5, expected int"),
+        ({"kept_open": True}, "has kept_open True, expected bool"),  # as_dict makes 0/1
+        ({"query_id": 7}, "has query_id 7, expected str | None"),
+        ({"open_seconds": "0.1"}, "has open_seconds '0.1', expected float"),
+        ({"extra": 1}, "unknown \\['extra'\\]"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            checked_record({**record, **change})
+    with pytest.raises(ValueError, match="missing \\['watermark'\\]"):
+        checked_record({k: v for k, v in record.items() if k != "watermark"})

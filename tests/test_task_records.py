@@ -23,6 +23,8 @@ from spark_statestore.spark.batch_facts import parse_batch_facts
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.task_metrics import TaskMetrics
 
+pytestmark = pytest.mark.versioned  # StateStoreMetrics is the Spark layer's: checked on every pyspark minor
+
 
 def _record(batch: int, partition: int = 0, task: int = 0, rows: int = 1) -> dict:
     measured = PartitionMetrics(rows_written=rows, open_seconds=0.5)
