@@ -73,8 +73,8 @@ def job(spark, tmp_path):
     spark.conf.unset("spark.statestore.localDir")
 
 
-def _read(spark, checkpoint, **options):
-    reader = spark.read.format("spark_statestore").option("checkpointLocation", checkpoint)
+def _read(spark, checkpoint, source="spark_statestore", **options):
+    reader = spark.read.format(source).option("checkpointLocation", checkpoint)
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load().toPandas()
@@ -115,10 +115,7 @@ def test_metadata_view(spark, job):
 
 
 def _metrics(spark, checkpoint, **options):
-    reader = spark.read.format("spark_statestore_metrics").option("checkpointLocation", checkpoint)
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load().toPandas()
+    return _read(spark, checkpoint, source="spark_statestore_metrics", **options)
 
 
 def test_metrics_view(spark, job):

@@ -10,11 +10,12 @@ whole object is atomic already. Readers therefore never see half a file.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 import uuid
-from typing import Iterable
+from typing import Any, Iterable
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -188,3 +189,14 @@ class DurableDir:
         for path in stale:
             self.fs.delete_file(path)
         return len(stale)
+
+
+def small_json(data: bytes, limit: int) -> Any:
+    """The JSON document in `data`, read as a file of at most `limit` bytes (one byte more
+    was asked for, to tell); `ValueError` saying what is wrong."""
+    if len(data) > limit:
+        raise ValueError(f"is larger than {limit} bytes")
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"is not JSON ({e})") from None

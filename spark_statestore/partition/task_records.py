@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.filesystem import DurableDir
+from spark_statestore.checkpoint.filesystem import DurableDir, small_json
 from spark_statestore.checkpoint.names import metrics_name, metrics_version_and_id
 from spark_statestore.errors import CorruptStateError
 from spark_statestore.partition.history import DurableHistory, Vanished
@@ -60,13 +61,7 @@ def _parse(durable: DurableDir, name: str, size: int | None, partition: int, ver
     """The record in the file `name` (`ValueError` saying what is wrong)."""
     if size is not None and size > MAX_RECORD_BYTES:
         raise ValueError(f"is {size} bytes (at most {MAX_RECORD_BYTES})")
-    data = durable.read_range(name, 0, MAX_RECORD_BYTES + 1)
-    if len(data) > MAX_RECORD_BYTES:
-        raise ValueError(f"is larger than {MAX_RECORD_BYTES} bytes")
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"is not JSON ({e})") from None
+    document = small_json(durable.read_range(name, 0, MAX_RECORD_BYTES + 1), MAX_RECORD_BYTES)
     if not isinstance(document, dict) or set(document) != _KEYS:
         keys = sorted(document) if isinstance(document, dict) else type(document).__name__
         raise ValueError(f"is not a metrics record (keys {keys}, expected {sorted(_KEYS)})")

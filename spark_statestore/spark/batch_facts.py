@@ -20,11 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-import json
-
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location, small_json
 from spark_statestore.checkpoint.names import BATCHES, batch_facts_batch, batch_facts_name, statestore_dir
 
 SOURCES = ("in_flight", "end_of_batch", "projected")
@@ -85,13 +83,7 @@ def _checked(document: Any, schema: dict, what: str, nullable: tuple[str, ...] =
 
 def parse_batch_facts(data: bytes, batch: int) -> BatchFacts:
     """The facts of `batch` in `data` (`ValueError` saying what is wrong)."""
-    if len(data) > MAX_FACTS_BYTES:
-        raise ValueError(f"is larger than {MAX_FACTS_BYTES} bytes")
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"is not JSON ({e})") from None
-    facts = _checked(document, _FACTS, "the batch", nullable=("early_trigger",))
+    facts = _checked(small_json(data, MAX_FACTS_BYTES), _FACTS, "the batch", nullable=("early_trigger",))
     if facts["batch_id"] != batch:
         raise ValueError(f"has batch_id {facts['batch_id']}, but its name says batch {batch}")
     if facts["rows_dropped_by_watermark"] < 0:
