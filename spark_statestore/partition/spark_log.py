@@ -34,13 +34,19 @@ def _offsets(location: str, filesystem: pafs.FileSystem | None) -> DurableDir:
     return DurableDir(fs, f"{root}/{OFFSETS}")
 
 
+def _planned(location: str, filesystem: pafs.FileSystem | None) -> list[int]:
+    names = [number_of(info.base_name) for info in _offsets(location, filesystem).list()]
+    return [n for n in names if n is not None]
+
+
 def newest_planned_batch(location: str, filesystem: pafs.FileSystem | None = None) -> int | None:
     """The newest batch in Spark's offset log (None: none)."""
-    try:
-        names = [number_of(info.base_name) for info in _offsets(location, filesystem).list()]
-    except FileNotFoundError:
-        return None
-    return max((n for n in names if n is not None), default=None)
+    return max(_planned(location, filesystem), default=None)
+
+
+def oldest_planned_batch(location: str, filesystem: pafs.FileSystem | None = None) -> int | None:
+    """The oldest batch Spark's offset log still keeps (None: none)."""
+    return min(_planned(location, filesystem), default=None)
 
 
 def spark_partitions(location: str, batch: int, filesystem: pafs.FileSystem | None = None) -> int | None:
