@@ -18,7 +18,13 @@ import spark_jobs
 from spark_batches import cumulative_counts
 from spark_statestore.partition.rescale import rescale
 from spark_statestore.spark import compat
-from test_spark_partitions import TOTALS, check_change_stream, job, run_partition_totals  # noqa: F401
+from test_spark_partitions import (  # noqa: F401 (job: the fixture)
+    check_change_stream,
+    check_group_totals,
+    job,
+    run_group_totals,
+    run_partition_totals,
+)
 
 windowed_counts = spark_jobs.windowed_counts
 pytestmark = pytest.mark.versioned
@@ -107,15 +113,19 @@ def _check_totals(job: str, checkpoint: str) -> None:
 
 @pytest.mark.skipif(not compat.FACTS.offline_repartition, reason="Spark's offline repartition needs pyspark 4.2+")
 @pytest.mark.parametrize("ours_first", [True, False])
-def test_tws_with_sparks_own_repartition_in_either_order(spark, job, ours_first):
-    checkpoint = _run_totals(spark, job, 3, 0)  # on the session's 2 shuffle partitions
+def test_group_state_with_sparks_own_repartition_in_either_order(spark, job, ours_first):
+    """applyInPandasWithState: the stores' totals and Spark's own GroupState (calls per
+    key) both right after both moves, on the session's 2 shuffle partitions, then 3."""
+    inputs, checkpoint = os.path.join(job, "input"), os.path.join(job, "checkpoint")
+    windowed_counts.generate(inputs, 3, 60, keys=10)
+    run_group_totals(spark, job)
     moves = [lambda: rescale(checkpoint, 3), lambda: spark._streamingCheckpointManager.repartition(checkpoint, 3)]
     for move in moves if ours_first else reversed(moves):
         move()
-    _run_totals(spark, job, 3, 3)
-    _check_totals(job, checkpoint)
-    newest = max(cumulative_counts(checkpoint))
-    _check_state(spark, checkpoint, newest, 3)
+    windowed_counts.generate(inputs, 3, 60, keys=10, start=3)
+    run_group_totals(spark, job)
+    check_group_totals(job)
+    _check_state(spark, checkpoint, max(cumulative_counts(checkpoint)), 3)
 
 
 def test_tws_with_one_side_moved_is_refused_naming_the_other(spark, job):

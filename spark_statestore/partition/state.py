@@ -97,7 +97,7 @@ class PartitionState:
             raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
         self.checkpoint_location = checkpoint_location
         fs, root = resolve_location(checkpoint_location, filesystem)
-        generation = current_generation(checkpoint_location, self.partition, fs)
+        generation = current_generation(checkpoint_location, self.partition, filesystem)
         self.durable = DurableDir(fs, partition_dir(root, self.partition, generation))
         self._commit_log = DurableDir(fs, commits_dir(root))  # Spark's: which batches the driver committed
         self._local_key = local_key(checkpoint_location, generation)
