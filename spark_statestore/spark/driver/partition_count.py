@@ -41,6 +41,11 @@ def check_partition_count(checkpoint_location: str, operator: str) -> None:
             f"spark._streamingCheckpointManager.repartition({checkpoint_location!r}, {ours}) or "
             f"python -m spark_statestore rescale {checkpoint_location} {spark}"
         )
+        if operator == "transformWithStateInPandas":
+            how += (
+                " (Spark's repartition fails for a processor that declares no Spark state variable, as a "
+                "StoreProcessor: rescale the state back then)"
+            )
     raise LayoutMismatchError(
         f"Spark's checkpoint at {checkpoint_location} runs {operator} on {spark} partitions, but the "
         f"spark_statestore state there has {ours}: {how}"
