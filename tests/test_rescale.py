@@ -58,7 +58,7 @@ def test_4_to_7_to_2_partitions_with_every_total_right(tmp_path):
         _check(location, batch, count)  # time travel: the partitions each batch ran on
     layout = read_query_layout(location)
     assert layout.partitions == 2
-    assert [(g.number, g.partitions, g.base) for g in layout.history] == [(0, None, -1), (1, 7, 2), (2, 2, 5)]
+    assert [(g.number, g.partitions, g.base) for g in layout.history] == [(0, 4, -1), (1, 7, 2), (2, 2, 5)]
     assert sorted(os.listdir(os.path.join(location, "statestore", "_g1"))) == [str(p) for p in range(7)]
 
 

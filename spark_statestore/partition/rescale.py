@@ -23,7 +23,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import pyarrow.fs as pafs
@@ -104,7 +104,8 @@ def rescale(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     fault_point("rescale:before-switch")
-    history = layout.history + (generation,)
+    current = layout.generation  # its count recorded too (a query that never fixed it: as found)
+    history = layout.history[:-1] + (replace(current, partitions=old_count), generation)
     publish_query_layout(checkpoint_location, Layout(layout.stores, partitions, history), filesystem)
     fault_point("rescale:after-switch")
     return RescaleResult(checkpoint_location, old_count, partitions, base, generation.number, entries)
