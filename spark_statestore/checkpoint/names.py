@@ -3,6 +3,7 @@
 Under the query's checkpoint location::
 
     commits/<N>                         Spark's commit log: batch N committed
+    statestore/_layout                  the stores, partition count and generations
     statestore/<partition>/             one partition's durable state (`partition_dir`):
         <V>.changelog                   the changelog that produced version V
         <V>.<id, 16 hex>.changelog      one set aside by a later attempt of batch V
@@ -14,6 +15,7 @@ Under the query's checkpoint location::
     statestore/_batches/<N>.json        the driver's facts of batch N (`batch_facts_name`),
                                         written by the JVM shim's listener
 
+After a rescale, generation k's partitions are in `statestore/_g<k>/<partition>/`.
 The local copy of a partition keeps its prepared changelogs under the same names.
 Parsing is strict: a version is a decimal without leading zeros, so a name this package
 does not write (`007.changelog`, `².changelog`, `notes.txt`) is never taken for one.
@@ -33,6 +35,7 @@ SNAPSHOTS = "snapshots"
 SHARED = "sst"
 QUERY_LAYOUT = "_layout"  # in the state's directory: the stores and partition count of the query
 BATCHES = "_batches"  # in the state's directory: per-batch facts of the driver
+GENERATION_PREFIX = "_g"  # statestore/_g<k>/: the partitions of generation k (a rescale's)
 
 _VERSION = r"(0|[1-9][0-9]{0,18})"
 _NUMBER = re.compile(rf"^{_VERSION}$")
@@ -50,9 +53,16 @@ def statestore_dir(root: str) -> str:
     return f"{root}/{STATESTORE}"
 
 
-def partition_dir(root: str, partition: int) -> str:
-    """The durable directory of `partition` under the checkpoint location `root`."""
-    return f"{statestore_dir(root)}/{partition}"
+def generation_dir(root: str, generation: int) -> str:
+    """The directory of the partition directories of `generation` (0: the state's own)."""
+    if generation == 0:
+        return statestore_dir(root)
+    return f"{statestore_dir(root)}/{GENERATION_PREFIX}{generation}"
+
+
+def partition_dir(root: str, partition: int, generation: int = 0) -> str:
+    """The durable directory of `partition` (of `generation`) under the checkpoint location `root`."""
+    return f"{generation_dir(root, generation)}/{partition}"
 
 
 def commits_dir(root: str) -> str:

@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import QUERY_LAYOUT, statestore_dir
 from spark_statestore.errors import CorruptStateError, StateStoreError
+from spark_statestore.partition.generations import Generation, check_history
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.validation import check_int
 
@@ -30,10 +31,12 @@ class LayoutMismatchError(StateStoreError, ValueError):
 
 @dataclass(frozen=True)
 class Layout:
-    """The stores of a partition and the partition count (None: not fixed by the caller)."""
+    """The stores of a partition and the partition count (None: not fixed by the caller);
+    the query's layout also keeps the generations a rescale made (`generations.py`)."""
 
     stores: tuple[StoreSpec, ...]
     partitions: int | None = None
+    generations: tuple[Generation, ...] = ()
 
     @staticmethod
     def of(stores: Sequence[StoreSpec], partitions: int | None = None) -> "Layout":
@@ -56,8 +59,21 @@ class Layout:
     def names(self) -> list[str]:
         return [s.name for s in self.stores]
 
+    @property
+    def history(self) -> tuple[Generation, ...]:
+        """Every generation, oldest first (one, generation 0, until a rescale)."""
+        return self.generations or (Generation(0, self.partitions, -1),)
+
+    @property
+    def generation(self) -> Generation:
+        """The generation the query writes now."""
+        return self.history[-1]
+
     def as_dict(self) -> dict[str, Any]:
-        return {"partitions": self.partitions, "stores": {s.name: s.as_dict() for s in self.stores}}
+        data: dict[str, Any] = {"partitions": self.partitions, "stores": {s.name: s.as_dict() for s in self.stores}}
+        if self.generations:
+            data["generations"] = [g.as_dict() for g in self.generations]
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)
@@ -75,7 +91,13 @@ class Layout:
                 if type(partitions) is not int:
                     raise TypeError(f"partitions must be recorded as an int, got {partitions!r}")
                 partitions = check_int(partitions, "partitions", 1)
-            return Layout.of(stores, partitions)
+            generations = data.get("generations", [])
+            if not isinstance(generations, list):
+                raise TypeError(f"generations must be a list, got {generations!r:.100}")
+            history = check_history([Generation.from_dict(g) for g in generations])
+            if history and history[-1].partitions != partitions:
+                raise ValueError(f"the newest generation has {history[-1].partitions} partitions, not {partitions}")
+            return Layout(Layout.of(stores, partitions).stores, partitions, history)
         except (TypeError, ValueError) as e:
             raise CorruptStateError(f"{where} holds an unreadable layout {str(data)[:200]}: {e}") from None
 
@@ -108,16 +130,15 @@ class Layout:
         mine = set(self.names)
         extra = tuple(s for s in recorded.stores if s.name not in mine)
         partitions = self.partitions if self.partitions is not None else recorded.partitions
-        return Layout(self.stores + extra, partitions)
+        return Layout(self.stores + extra, partitions, recorded.generations)
 
 
 def partition_count_message(location: str, recorded: int, wanted: int) -> str:
     return (
         f"the state in {location} is split into {recorded} partitions, but this query uses {wanted}: "
-        f"the partition count of a query's state cannot change (keep {recorded}, or start from a "
-        f"new checkpoint location)"
+        f"keep {recorded}, or move the stopped query's state to {wanted} partitions first "
+        f"(python -m spark_statestore rescale CHECKPOINT {wanted})"
     )
-
 
 
 def _query_dir(location: str, filesystem: pafs.FileSystem | None) -> DurableDir:
@@ -135,6 +156,26 @@ def read_query_layout(location: str, filesystem: pafs.FileSystem | None = None) 
     except OSError as e:  # a directory, say, where the file should be
         raise CorruptStateError(f"{durable.uri(QUERY_LAYOUT)} cannot be read as a layout: {e}") from None
     return Layout.from_json(raw.decode("utf-8", "replace"), durable.uri(QUERY_LAYOUT))
+
+
+def current_generation(location: str, partition: int, filesystem: pafs.FileSystem | None = None) -> int:
+    """The generation a writer of `partition` uses now (0 before any rescale); a partition
+    the generation does not have is refused, naming the counts."""
+    layout = read_query_layout(location, filesystem)
+    if layout is None or not layout.generations:
+        return 0
+    generation = layout.generation
+    if generation.partitions is not None and partition >= generation.partitions:
+        raise LayoutMismatchError(
+            f"the state in {location} was rescaled to {generation.partitions} partitions, but partition "
+            f"{partition} is being opened: the query must run on {generation.partitions} partitions now"
+        )
+    return generation.number
+
+
+def publish_query_layout(location: str, layout: Layout, filesystem: pafs.FileSystem | None = None) -> None:
+    """Replace the query's layout file with `layout` (one atomic publish: a rescale's switch)."""
+    _query_dir(location, filesystem).publish_bytes(QUERY_LAYOUT, layout.to_json().encode("utf-8"))
 
 
 def record_query_layout(location: str, layout: Layout, filesystem: pafs.FileSystem | None = None) -> Layout:

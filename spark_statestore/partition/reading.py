@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import pyarrow.fs as pafs
@@ -24,6 +24,7 @@ from spark_statestore.checkpoint.names import (
     changelog_name,
     changelog_versions,
     commits_dir,
+    generation_dir,
     list_changelogs,
     number_of,
     partition_dir,
@@ -31,6 +32,7 @@ from spark_statestore.checkpoint.names import (
     statestore_dir,
 )
 from spark_statestore.errors import MissingStateError, StateStoreError
+from spark_statestore.partition.generations import serving
 from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import VersionId
@@ -56,6 +58,15 @@ class StateLocation:
     location: str
     layout: Layout
     filesystem: pafs.FileSystem | None = None
+    generation: int | None = None  # None: the one written now (see `generations.py`)
+
+    @property
+    def generation_number(self) -> int:
+        return self.layout.generation.number if self.generation is None else self.generation
+
+    def at_batch(self, batch: int) -> "StateLocation":
+        """The state as batch `batch` ran: in the generation that served it."""
+        return replace(self, generation=serving(self.layout.history, batch).number)
 
     @staticmethod
     def open(location: str, filesystem: pafs.FileSystem | None = None) -> "StateLocation":
@@ -71,7 +82,7 @@ class StateLocation:
         """The partitions with durable state now, ascending (one listing per call: list
         after reading the commit log, so every partition of a committed batch is seen)."""
         fs, root = resolve_location(self.location, self.filesystem)
-        selector = pafs.FileSelector(statestore_dir(root), allow_not_found=True)
+        selector = pafs.FileSelector(generation_dir(root, self.generation_number), allow_not_found=True)
         return tuple(
             sorted(
                 int(info.base_name)
@@ -88,7 +99,7 @@ class StateLocation:
 
     def durable(self, partition: int) -> DurableDir:
         fs, root = resolve_location(self.location, self.filesystem)
-        return DurableDir(fs, partition_dir(root, partition))
+        return DurableDir(fs, partition_dir(root, partition, self.generation_number))
 
     def committed_batch(self) -> int | None:
         """The newest batch Spark's commit log holds (None: nothing committed yet)."""
@@ -211,6 +222,14 @@ def changes(
     set-aside changelogs, the one the next committed batch built on is read; durable
     versions above Spark's newest commit (a rolled-back run's) decide nothing (without a
     commit log: the newest durable version decides)."""
+    state = state.at_batch(start)
+    rescaled = state.at_batch(end).generation_number
+    if rescaled != state.generation_number:
+        base = state.layout.history[rescaled].base
+        raise MissingStateError(
+            f"batches {start}..{end} of {state.location} span a rescale (after batch {base} the state moved to "
+            f"{state.layout.history[rescaled].partitions} partitions): read {start}..{base} and {base + 1}..{end} apart"
+        )
     durable = state.durable(partition)
     available, asides = list_changelogs(durable)
     committed = state.committed_batch()

@@ -41,7 +41,8 @@ from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import commit_name, commits_dir, partition_dir
 from spark_statestore.errors import AttemptSupersededError, StateStoreError
 from spark_statestore.faults import fault_point
-from spark_statestore.partition.layout import Layout
+from spark_statestore.partition.generations import local_key
+from spark_statestore.partition.layout import Layout, current_generation
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, VersionId
 from spark_statestore.partition.open_copies import OpenCopy
@@ -97,9 +98,11 @@ class PartitionState:
             raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
         self.checkpoint_location = checkpoint_location
         fs, root = resolve_location(checkpoint_location, filesystem)
-        self.durable = DurableDir(fs, partition_dir(root, self.partition))
+        generation = current_generation(checkpoint_location, self.partition, filesystem)
+        self.durable = DurableDir(fs, partition_dir(root, self.partition, generation))
         self._commit_log = DurableDir(fs, commits_dir(root))  # Spark's: which batches the driver committed
-        self.local = LocalPartitionDir(resources.local_dir, checkpoint_location, self.partition)
+        self._local_key = local_key(checkpoint_location, generation)
+        self.local = LocalPartitionDir(resources.local_dir, self._local_key, self.partition)
         self.cache = resources.cache
         self.on_changes = on_changes
         self.open_copies = resources.open_copies
@@ -209,7 +212,7 @@ class PartitionState:
             self.open_copies.discard(copy, "RocksDB reported damaged data in it")
             copy = None
         if copy is None:
-            self.local = LocalPartitionDir(self.resources.local_dir, self.checkpoint_location, self.partition)
+            self.local = LocalPartitionDir(self.resources.local_dir, self._local_key, self.partition)
             self.local.lock(self.options.lock_timeout)
             return None
         self.local = copy.local  # holds the lock

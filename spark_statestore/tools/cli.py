@@ -4,9 +4,11 @@
     python -m spark_statestore read CHECKPOINT [--store NAME] [--batch N | --uncommitted]
                                    [--changes --start A [--end B]] [--partition P ...] [--format csv|json]
     python -m spark_statestore verify CHECKPOINT [--json]
+    python -m spark_statestore rescale CHECKPOINT N [--json]
 
-Exit codes: 0 done (verify: no problem), 1 verify found problems, 2 a usage error or no
-state where the command looked (the message names the option or path and the value).
+Exit codes: 0 done (verify: no problem), 1 verify found problems, 2 a usage error, no
+state where the command looked, or a state that cannot be rescaled now (the message names
+the option or path and the value).
 """
 
 from __future__ import annotations
@@ -46,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check every durable file's checksums and each partition's chain")
     verify.add_argument("checkpoint", help="the query's checkpoint location")
     verify.add_argument("--json", action="store_true", help="print JSON instead of a text report")
+    rescale = commands.add_parser(
+        "rescale", help="move a stopped query's state to N partitions (where Spark's hash partitioning sends each key)"
+    )
+    rescale.add_argument("checkpoint", help="the query's checkpoint location")
+    rescale.add_argument("partitions", type=int, help="the new partition count")
+    rescale.add_argument("--json", action="store_true", help="print JSON instead of a text report")
     return parser
 
 
@@ -70,10 +78,11 @@ def _partitions(state: StateLocation, wanted: list[int] | None) -> list[int]:
 def _read(args: argparse.Namespace, out: TextIO) -> int:
     state = StateLocation.open(args.checkpoint)
     spec = _store(state, args.store)
-    partitions = _partitions(state, args.partition)
     committed = state.committed_batch()
     if committed is None:
         raise UsageError(f"no batch is committed under {args.checkpoint} (no commits/ in Spark's commit log)")
+    read_batch = args.start if args.changes else (committed if args.batch is None else args.batch)
+    partitions = _partitions(state.at_batch(read_batch if read_batch is not None else committed), args.partition)
     if args.changes:
         if args.start is None:
             raise UsageError("--changes needs --start (the first batch)")
@@ -94,6 +103,21 @@ def _read(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _rescale(args: argparse.Namespace, out: TextIO) -> int:
+    from spark_statestore.partition.rescale import rescale
+
+    done = rescale(args.checkpoint, args.partitions)
+    if args.json:
+        out.write(json.dumps(done.__dict__) + "\n")
+        return 0
+    moved = ", ".join(f"{name}: {count}" for name, count in done.entries.items())
+    out.write(
+        f"rescaled {done.location} from {done.old_partitions} to {done.partitions} partitions at batch {done.base} "
+        f"(generation {done.generation}); entries moved: {moved}\n"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run one command; returns the exit code."""
     out = out or sys.stdout
@@ -108,6 +132,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             text = json.dumps({**report.__dict__, "problems": [p.__dict__ for p in report.problems], "ok": report.ok})
             out.write((text if args.json else report.render()) + "\n")
             return 0 if report.ok else 1
+        if args.command == "rescale":
+            return _rescale(args, out)
         return _read(args, out)
     except (UsageError, StateStoreError, ValueError, OSError) as e:
         print(f"python -m spark_statestore {args.command}: {e}", file=sys.stderr)

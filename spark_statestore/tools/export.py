@@ -35,6 +35,7 @@ def records(
     """The store's records as of `batch` (with `uncommitted`: the prepared batch after it)."""
     key, value = text_decoder(spec.key_serde), text_decoder(spec.value_serde)
     committed = state.committed_batch()
+    state = state.at_batch(batch)
     for partition in partitions:
         version = uncommitted_version(state, partition, batch) if uncommitted else batch
         with VersionReader(state, partition, version, committed) as reader:
@@ -50,7 +51,7 @@ def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, par
     """The store's changes in batches `start`..`end`, partition by partition."""
     key, value = text_decoder(spec.key_serde), text_decoder(spec.value_serde)
     for partition in partitions:
-        for change in changes(state, partition, spec, start, end):
+        for change in changes(state, partition, spec, start, end):  # in the generation that ran `start`
             row = {
                 "batch_id": change.batch_id,
                 "partition": partition,

@@ -42,13 +42,16 @@ class PysparkMinor:
     # (`pyspark.sql.streaming.datasource`: ReadLimit, SupportsTriggerAvailableNow and
     # `latestOffset(start, limit)`); without it the runner calls `latestOffset()`
     stream_admission_control: bool
+    # Spark's offline repartition of a stopped query's checkpoint
+    # (`SparkSession._streamingCheckpointManager.repartition`, 4.2+)
+    offline_repartition: bool
 
 
 _RUNTIME_STREAM_EXECUTION = "org.apache.spark.sql.execution.streaming.runtime.StreamExecution"
 
 
 def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_execution_class: str,
-           stream_admission_control: bool) -> PysparkMinor:
+           stream_admission_control: bool, offline_repartition: bool) -> PysparkMinor:
     """A minor's facts; what no supported minor changed is the same for all."""
     return PysparkMinor(
         task_function=task_function,
@@ -60,6 +63,7 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_exe
         stream_execution_class=stream_execution_class,
         trigger_clock_field="triggerClock",
         stream_admission_control=stream_admission_control,
+        offline_repartition=offline_repartition,
     )
 
 
@@ -69,17 +73,19 @@ MINORS: dict[str, PysparkMinor] = {
     "4.0": _minor(
         "main", ("pickleSer", "infile", "eval_type"),
         "org.apache.spark.sql.execution.streaming.StreamExecution", stream_admission_control=False,
+        offline_repartition=False,
     ),
     "4.1": _minor(
         "main", ("pickleSer", "infile", "eval_type"), _RUNTIME_STREAM_EXECUTION, stream_admission_control=False,
+        offline_repartition=False,
     ),
     "4.2": _minor(
         "main", ("pickleSer", "infile", "eval_type", "runner_conf", "eval_conf"), _RUNTIME_STREAM_EXECUTION,
-        stream_admission_control=True,
+        stream_admission_control=True, offline_repartition=True,
     ),
     "4.3": _minor(
         "invoke_udf", ("pickleSer", "udf_info_list", "eval_type", "runner_conf", "eval_conf"),
-        _RUNTIME_STREAM_EXECUTION, stream_admission_control=True,
+        _RUNTIME_STREAM_EXECUTION, stream_admission_control=True, offline_repartition=True,
     ),
 }
 

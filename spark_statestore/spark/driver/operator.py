@@ -20,6 +20,7 @@ from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.layout import Layout, record_query_layout
 from spark_statestore.spark.declarations import Declaration, KeyValue, Window
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
+from spark_statestore.spark.driver.partition_count import check_partition_count
 from spark_statestore.spark.driver.session import session_services
 from spark_statestore.spark.driver.settings import StateStoreSettings
 from spark_statestore.spark.signals import SignalTarget
@@ -110,6 +111,7 @@ def build_operator(
         services.signal_target,
     )
     record_query_layout(checkpoint_location, config.layout)
+    check_partition_count(checkpoint_location, operator)
     metrics = StateStoreMetrics(checkpoint_location)
     services.batch_log.watch(metrics)
     return config, metrics

@@ -71,7 +71,7 @@ class ChangeFeedReader(ChangesReader, DataSourceReader):
         self.value = column_for(request.spec.value_serde)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(p) for p in self.request.state.partitions]
+        return [InputPartition(p) for p in self.request.state.at_batch(self.start).partitions]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         return self._change_rows(partition.value, self.start, self.end)

@@ -31,6 +31,7 @@ class RecordsReader(DataSourceReader):
             )
         self.committed = committed
         self.version = committed if batch_id is None else batch_id
+        self.state = request.state.at_batch(self.version)  # the partitions batch `version` ran on
         default = default_isolation()
         self.isolation = IsolationLevel.parse(option(options, "isolationLevel", default), "option isolationLevel")
         if batch_id is not None and self.isolation is IsolationLevel.READ_UNCOMMITTED:
@@ -39,10 +40,10 @@ class RecordsReader(DataSourceReader):
         self.value = column_for(request.spec.value_serde)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(p) for p in self.request.state.partitions]
+        return [InputPartition(p) for p in self.state.partitions]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        state, spec = self.request.state, self.request.spec
+        state, spec = self.state, self.request.spec
         number = partition.value
         version = self.version
         if self.isolation is IsolationLevel.READ_UNCOMMITTED:

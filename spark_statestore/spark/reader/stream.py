@@ -35,7 +35,7 @@ class ChangeStreamReader(ChangesReader, DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if end["batch"] <= start["batch"]:
             return []
-        return [InputPartition((p, start["batch"] + 1, end["batch"])) for p in self.request.state.partitions]
+        return [InputPartition((p, start["batch"] + 1, end["batch"])) for p in self.request.state.at_batch(start["batch"] + 1).partitions]
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:
         number, first, last = partition.value

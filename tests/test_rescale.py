@@ -1,0 +1,193 @@
+"""`rescale`: a stopped query's state moved to another partition count, entry by entry to
+where Spark's hash partitioning sends its key, as a new generation switched to by one
+atomic layout write. The query goes on on the new count with every total right, time
+travel reads the partitions each batch ran on, an interrupted rescale (an exception or a
+SIGKILL at each step) leaves the old state as it was and usable, and bad input or a
+query that may be running is refused with a message naming what was found."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import rescale_workload as w
+from spark_statestore import faults
+from spark_statestore.partition import read_query_layout
+from spark_statestore.partition.layout import LayoutMismatchError
+from spark_statestore.partition.rescale import RescaleError, rescale
+from spark_statestore.partition.spark_log import QueryMayBeRunningError
+from spark_statestore.partition import PartitionState, WorkerResources, record_query_layout
+from spark_statestore.partition.layout import Layout
+from spark_statestore.stores.spec import StoreSpec
+from spark_statestore.tools.cli import main
+
+STEPS = ["rescale:after-read", "rescale:after-partition", "rescale:before-switch"]
+
+
+def _query(tmp_path, batches: int = 3, partitions: int = 4) -> tuple[str, str]:
+    location, local = str(tmp_path / "checkpoint"), str(tmp_path / "local")
+    w.start(location)
+    for batch in range(batches):
+        w.run_batch(location, local, partitions, batch)
+    return location, local
+
+
+def _check(location: str, batch: int, partitions: int) -> None:
+    totals, counts, count = w.read_state(location, batch)
+    assert count == partitions
+    assert (totals, counts) == w.reference(batch + 1)
+
+
+def test_4_to_7_to_2_partitions_with_every_total_right(tmp_path):
+    location, local = _query(tmp_path)
+    done = rescale(location, 7)
+    assert (done.old_partitions, done.partitions, done.base, done.generation) == (4, 7, 2, 1)
+    totals, counts = w.reference(3)
+    assert done.entries == {"totals": len(totals), "counts": len(counts)}
+    for batch in range(3, 6):
+        w.run_batch(location, local, 7, batch)
+    assert rescale(location, 2).base == 5
+    for batch in range(6, 9):
+        w.run_batch(location, local, 2, batch)
+    for batch, count in [(0, 4), (2, 4), (3, 7), (5, 7), (6, 2), (8, 2)]:
+        _check(location, batch, count)  # time travel: the partitions each batch ran on
+    layout = read_query_layout(location)
+    assert layout.partitions == 2
+    assert [(g.number, g.partitions, g.base) for g in layout.history] == [(0, 4, -1), (1, 7, 2), (2, 2, 5)]
+    assert sorted(os.listdir(os.path.join(location, "statestore", "_g1"))) == [str(p) for p in range(7)]
+
+
+def test_rescaled_twice_before_a_batch_runs(tmp_path):
+    location, local = _query(tmp_path)
+    rescale(location, 7)
+    rescale(location, 3)
+    w.run_batch(location, local, 3, 3)
+    _check(location, 3, 3)
+    _check(location, 2, 4)
+
+
+def test_a_writer_on_the_old_count_is_refused_after_a_rescale(tmp_path):
+    location, local = _query(tmp_path)
+    rescale(location, 2)
+    with pytest.raises(LayoutMismatchError, match="rescaled to 2 partitions, but partition 3 is being opened"):
+        PartitionState(location, 3, w.SPECS, WorkerResources(local))
+    with pytest.raises(LayoutMismatchError, match="move the stopped query's state to 4 partitions first"):
+        record_query_layout(location, Layout.of(w.SPECS, 4))
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_an_exception_at_each_step_leaves_the_state_as_it_was(tmp_path, step):
+    location, local = _query(tmp_path)
+    before = read_query_layout(location).to_json()
+
+    def fail(name: str) -> None:
+        if name == step:
+            raise RuntimeError(f"injected at {name}")
+
+    with faults.injected(fail), pytest.raises(RuntimeError, match="injected"):
+        rescale(location, 7)
+    assert read_query_layout(location).to_json() == before
+    _check(location, 2, 4)
+    w.run_batch(location, local, 4, 3)  # the old state is usable as it was
+    _check(location, 3, 4)
+    assert rescale(location, 7).base == 3  # and a rescale run again completes
+    w.run_batch(location, local, 7, 4)
+    _check(location, 4, 7)
+
+
+@pytest.mark.parametrize("step", STEPS + ["rescale:after-switch"])
+def test_a_kill_at_each_step_leaves_the_old_state_or_the_new_one(tmp_path, step):
+    location, local = _query(tmp_path)
+    env = {**os.environ, "SPARK_STATESTORE_FAULT": step}
+    script = os.path.join(os.path.dirname(__file__), "rescale_workload.py")
+    killed = subprocess.run([sys.executable, script, "rescale", location, "7"], env=env, capture_output=True)
+    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    batch = 3
+    if step == "rescale:after-switch":
+        assert read_query_layout(location).partitions == 7  # switched: done
+    else:
+        assert read_query_layout(location).partitions is None  # never switched: the old state
+        w.run_batch(location, local, 4, 3)
+        _check(location, 3, 4)
+        rescale(location, 7)
+        batch = 4
+    w.run_batch(location, local, 7, batch)
+    _check(location, batch, 7)
+
+
+def test_a_query_that_may_be_running_is_refused(tmp_path):
+    location, local = _query(tmp_path)
+    state = PartitionState(location, 1, w.SPECS, WorkerResources(local + "-x"))
+    state.open(3)
+    state.prepare()
+    state.close()  # batch 3 prepared, not committed
+    with pytest.raises(QueryMayBeRunningError, match="partition 1 .* prepared version 3, above Spark's newest commit 2"):
+        rescale(location, 7)
+    os.makedirs(os.path.join(location, "offsets"))
+    for batch in range(4):
+        with open(os.path.join(location, "offsets", str(batch)), "w") as f:
+            f.write("v1\n{}\n")
+    with pytest.raises(QueryMayBeRunningError, match=r"batch 3 .* is planned \(offsets/3\) but not committed"):
+        rescale(location, 7)
+    assert read_query_layout(location).partitions is None
+
+
+def test_bad_input_is_refused_naming_it(tmp_path):
+    location, _ = _query(tmp_path, batches=1)
+    with pytest.raises(ValueError, match="partitions .* 0"):
+        rescale(location, 0)
+    with pytest.raises(TypeError, match="partitions"):
+        rescale(location, "7")
+    with pytest.raises(RescaleError, match="already has 4 partitions"):
+        rescale(location, 4)
+    with pytest.raises(ValueError, match=r"key_mapping names stores \['nope'\]"):
+        rescale(location, 3, {"nope": lambda key: (key,)})
+    with pytest.raises(TypeError, match="key_mapping for store 'totals' must be a function"):
+        rescale(location, 3, {"totals": 5})
+    with pytest.raises(ValueError, match="key_mapping of store 'totals' returned 9 for key"):
+        rescale(location, 3, {"totals": lambda key: 9})
+    with pytest.raises(Exception, match="no spark_statestore state"):
+        rescale(str(tmp_path / "nothing"), 3)
+    assert read_query_layout(location).partitions is None
+
+
+def test_a_key_mapping_for_keys_that_are_not_the_grouping_key(tmp_path):
+    location, local = str(tmp_path / "checkpoint"), str(tmp_path / "local")
+    specs = [StoreSpec.key_value("seen", key_serde="json", value_serde="int64")]
+    record_query_layout(location, Layout.of(specs))
+    state = PartitionState(location, 0, specs, WorkerResources(local))
+    state.open(0)
+    for user in range(20):
+        state.store("seen").put(json.dumps({"user": user}).encode(), b"\x00" * 8)
+    state.prepare()
+    state.close()
+    os.makedirs(os.path.join(location, "commits"))
+    open(os.path.join(location, "commits", "0"), "w").close()
+    with pytest.raises(ValueError, match="store 'seen' has key serde 'json'.*pass key_mapping"):
+        rescale(location, 3)
+    assert rescale(location, 3, lambda key: (key["user"],)).entries == {"seen": 20}
+    from spark_statestore import murmur3
+    from spark_statestore.partition.reading import StateLocation, VersionReader
+
+    moved = StateLocation.open(location).at_batch(1)
+    for p in moved.partitions:
+        with VersionReader(moved, p, 0) as reader:
+            for key, _ in reader.records(specs[0]):
+                assert murmur3.partition_of([json.loads(key)["user"]], 3) == p
+
+
+def test_cli_rescale(tmp_path):
+    location, _ = _query(tmp_path, batches=2)
+    out = io.StringIO()
+    assert main(["rescale", location, "5"], out) == 0
+    assert f"rescaled {location} from 4 to 5 partitions at batch 1 (generation 1)" in out.getvalue()
+    out = io.StringIO()
+    assert main(["rescale", location, "3", "--json"], out) == 0
+    assert json.loads(out.getvalue())["partitions"] == 3
+    assert main(["rescale", location, "3"], io.StringIO()) == 2
+    assert main(["rescale", location, "0"], io.StringIO()) == 2
