@@ -6,7 +6,8 @@ carry it), in every changelog header, and in the query-level file `statestore/_l
 that the driver writes before any task runs (and that readers of the state use). Opening
 the state with a layout that contradicts a recorded one is refused, naming what differs:
 a store read back with another kind, window size or serde would be garbage. Adding a
-store is allowed (it starts empty).
+store is allowed (it starts empty), and so is a record store's value schema gaining a
+version (the recorded versions must stay its first ones: see `serde/evolution.py`).
 """
 
 from __future__ import annotations
@@ -113,14 +114,22 @@ class Layout:
         """Refuse to use state recorded with `recorded` under this layout."""
         if self.partitions is not None and recorded.partitions is not None and recorded.partitions != self.partitions:
             raise LayoutMismatchError(partition_count_message(location, recorded.partitions, self.partitions))
-        theirs = {s.name: s.as_dict() for s in recorded.stores}
+        theirs = {s.name: s for s in recorded.stores}
         for spec in self.stores:
             old = theirs.get(spec.name)
-            if old is not None and old != spec.as_dict():
+            if old is None:
+                continue
+            if _declared(old) != _declared(spec):
                 raise LayoutMismatchError(
-                    f"store {spec.name!r} of the state in {location} was created as {old} ({where}); "
-                    f"it cannot be opened as {spec.as_dict()}: keep the declaration, or start from a new "
-                    f"checkpoint location"
+                    f"store {spec.name!r} of the state in {location} was created as {_declared(old)} ({where}); "
+                    f"it cannot be opened as {_declared(spec)}{_key_change(old, spec)}: keep the declaration, "
+                    f"or start from a new checkpoint location"
+                )
+            if spec.value_schemas[: len(old.value_schemas)] != old.value_schemas:
+                raise LayoutMismatchError(
+                    f"store {spec.name!r} of the state in {location} has value schema versions {list(old.value_schemas)} "
+                    f"({where}); this query declares {list(spec.value_schemas)}, which do not follow them: "
+                    f"a schema changes only when a query is built on the driver"
                 )
 
     def merged_with(self, recorded: "Layout | None") -> "Layout":
@@ -131,6 +140,17 @@ class Layout:
         extra = tuple(s for s in recorded.stores if s.name not in mine)
         partitions = self.partitions if self.partitions is not None else recorded.partitions
         return Layout(self.stores + extra, partitions, recorded.generations)
+
+
+def _declared(spec: StoreSpec) -> dict[str, Any]:
+    """What must stay the same for a store (its value schema versions may grow)."""
+    return {k: v for k, v in spec.as_dict().items() if k != "value_schemas"}
+
+
+def _key_change(old: StoreSpec, new: StoreSpec) -> str:
+    if old.key_serde == new.key_serde:
+        return ""
+    return f" (its keys were written with serde {old.key_serde!r}, not {new.key_serde!r}: keys never change shape)"
 
 
 def partition_count_message(location: str, recorded: int, wanted: int) -> str:

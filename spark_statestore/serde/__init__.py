@@ -4,13 +4,17 @@
 
     store.typed(Serdes.string(), Serdes.json())
     store.typed(Serdes.tuple(str, int), Serdes.int64())
+    store.typed(Serdes.string(), Serdes.record(Totals))   # a dataclass (or a pyarrow.Schema)
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable, Sequence
 
 from spark_statestore.serde.keys import Int64KeySerde, TupleKeySerde, escape, unescape
+from spark_statestore.serde.records import RecordSerde, record_serde
+from spark_statestore.serde.schemas import RecordSchema
 from spark_statestore.serde.values import (
     ArrowSerde,
     BytesSerde,
@@ -63,6 +67,13 @@ class Serdes:
     def tuple(*component_types: type) -> TupleKeySerde:
         return TupleKeySerde(*component_types)
 
+    @staticmethod
+    def record(schema: Any, defaults: dict[str, Any] | None = None, migrate: Callable | None = None) -> RecordSerde:
+        """Record values with a schema (a dataclass or a `pyarrow.Schema`) whose versions are
+        kept with the state; `migrate(old value as a dict) -> new value` for a change old
+        values cannot follow (see README, "Changing a store's value schema")."""
+        return record_serde(schema, defaults, migrate)
+
 
 __all__ = [
     "ArrowSerde",
@@ -72,6 +83,8 @@ __all__ = [
     "IntSerde",
     "JsonSerde",
     "PickleSerde",
+    "RecordSchema",
+    "RecordSerde",
     "Serde",
     "Serdes",
     "StrSerde",
@@ -100,7 +113,7 @@ def check_identity(identity: object, name: str) -> str:
     str/int/bytes, or `module:Class`); it is resolved only when used (`serde_for`)."""
     if not isinstance(identity, str) or not identity:
         raise TypeError(f"{name} must be a serde identity (a non-empty str), got {type(identity).__name__}: {identity!r}")
-    if identity in _BUILTIN_IDENTITIES:
+    if identity in _BUILTIN_IDENTITIES or identity == RecordSerde.identity:
         return identity
     if identity.startswith("tuple(") and identity.endswith(")"):
         if all(n in _TUPLE_TYPES for n in identity[len("tuple(") : -1].split(",")):
@@ -114,8 +127,9 @@ def check_identity(identity: object, name: str) -> str:
     )
 
 
-def serde_for(identity: str) -> Serde:
-    """The serde a recorded identity names: a built-in one, or `module:Class` built with no
+def serde_for(identity: str, schemas: Sequence[str] = ()) -> Serde:
+    """The serde a recorded identity names: a built-in one, a record serde of the recorded
+    `schemas` (decoding to dicts of the newest one), or `module:Class` built with no
     arguments. Identities come from durable files, so they are data: the module must be
     imported already (nothing is imported on a file's say-so) and the class must be a
     `Serde` subclass (nothing else is called). Raises `ValueError` naming the identity
@@ -125,6 +139,11 @@ def serde_for(identity: str) -> Serde:
     builtin = _BUILTIN_IDENTITIES.get(identity)
     if builtin is not None:
         return builtin()
+    if identity == RecordSerde.identity:
+        if not schemas:
+            raise ValueError("serde 'record' needs the schema versions recorded with it (StoreSpec.value_schemas)")
+        history = [RecordSchema.from_json(text) for text in schemas]
+        return RecordSerde(history[-1], history=history)
     if identity.startswith("tuple(") and identity.endswith(")"):
         names = identity[len("tuple(") : -1].split(",")
         if all(n in _TUPLE_TYPES for n in names):

@@ -11,10 +11,11 @@ the watermark of N, not of N-1) is still there to be emitted.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_statestore.serde import BytesSerde, Serde
+from spark_statestore.serde import BytesSerde, RecordSerde, Serde
 from spark_statestore.stores.spec import Clock, StoreSpec
 from spark_statestore.validation import describe
 
@@ -25,6 +26,15 @@ CLOCKS = {"watermark": Clock.EXTERNAL, "records": Clock.RECORDS}
 def _check_serde(serde: Any, name: str) -> None:
     if not isinstance(serde, Serde):
         raise TypeError(f"{name} must be a Serde (see spark_statestore.Serdes), got {describe(serde)}")
+    if name == "key_serde" and isinstance(serde, RecordSerde):
+        raise TypeError("key_serde cannot be a record serde: keys never change shape (use Serdes.tuple(...))")
+
+
+def _with_schemas(spec: StoreSpec, value_serde: Serde) -> StoreSpec:
+    """A record store's spec carries its value schema versions."""
+    if isinstance(value_serde, RecordSerde):
+        return dataclasses.replace(spec, value_schemas=value_serde.history_json())
+    return spec
 
 
 def _typed(store: Any, key_serde: Serde, value_serde: Serde) -> Any:
@@ -48,7 +58,8 @@ class KeyValue:
         self.spec()
 
     def spec(self) -> StoreSpec:
-        return StoreSpec.key_value(self.name, self.cached, self.key_serde.identity, self.value_serde.identity)
+        spec = StoreSpec.key_value(self.name, self.cached, self.key_serde.identity, self.value_serde.identity)
+        return _with_schemas(spec, self.value_serde)
 
     def typed(self, store: Any) -> Any:
         return _typed(store, self.key_serde, self.value_serde)
@@ -76,6 +87,9 @@ class Window:
         self.spec()
 
     def spec(self) -> StoreSpec:
+        return _with_schemas(self._spec(), self.value_serde)
+
+    def _spec(self) -> StoreSpec:
         return StoreSpec.window(
             self.name,
             self.retention_period,

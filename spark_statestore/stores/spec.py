@@ -18,15 +18,20 @@ and records without it stay the same bytes.
 every put, up to its window start) or `EXTERNAL` (only `advance_stream_time`, for
 callers that own the clock, such as Spark's watermark: records then never expire each
 other in the order they happen to be processed).
+
+`value_schemas` (record values, see `serde/records.py`): the versions of the values'
+schema, oldest first, as canonical JSON texts (an optional field: absent for other serdes).
 """
 
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from spark_statestore.serde import check_identity
+from spark_statestore.serde.schemas import check_schemas
 from spark_statestore.stores.names import check_store_name
 from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, to_millis
 
@@ -158,6 +163,7 @@ class StoreSpec:
     cached: bool = True
     key_serde: str = "bytes"
     value_serde: str = "bytes"
+    value_schemas: tuple[str, ...] = ()  # record values: their schema versions, oldest first (JSON)
 
     @property
     def kind(self) -> str:
@@ -202,6 +208,8 @@ class StoreSpec:
         out: dict[str, Any] = {"kind": self.kind, "key_serde": self.key_serde, "value_serde": self.value_serde}
         if self.window_spec is not None:
             out["window"] = self.window_spec.as_dict()
+        if self.value_schemas:
+            out["value_schemas"] = [json.loads(text) for text in self.value_schemas]
         return out
 
     @staticmethod
@@ -216,12 +224,17 @@ class StoreSpec:
         if (kind == WINDOW) != (window is not None):
             raise ValueError(f"store {name!r} of kind {kind!r} has window parameters {window!r}")
         window_spec = None if window is None else WindowSpec.from_dict(name, window)
+        value_serde = check_identity(data.get("value_serde", "bytes"), "value_serde")
+        schemas = check_schemas(data.get("value_schemas", ()))
+        if (value_serde == "record") != bool(schemas):
+            raise ValueError(f"store {name!r} has value serde {value_serde!r} with value schemas {schemas!r:.200}")
         return StoreSpec(
             check_store_name(name),
             window_spec,
             True,
             check_identity(data.get("key_serde", "bytes"), "key_serde"),
-            check_identity(data.get("value_serde", "bytes"), "value_serde"),
+            value_serde,
+            schemas,
         )
 
     def store_record(self) -> dict[str, Any]:

@@ -12,18 +12,20 @@ from typing import Any, Callable, Iterator, TextIO
 
 from spark_statestore.partition.reading import StateLocation, VersionReader, changes, uncommitted_version
 from spark_statestore.serde import serde_for
+from spark_statestore.serde.schemas import schemas_as_of
 from spark_statestore.stores.spec import StoreSpec
 
 FORMATS = ("csv", "json")
 
 
-def text_decoder(identity: str) -> Callable[[bytes | None], Any]:
-    """How stored bytes of a serde become a value CSV and JSON can hold."""
+def text_decoder(identity: str, schemas: tuple[str, ...] = ()) -> Callable[[bytes | None], Any]:
+    """How stored bytes of a serde become a value CSV and JSON can hold (record values:
+    dicts of the newest of `schemas`)."""
     if identity in ("bytes", "pickle"):
         return lambda raw: None if raw is None else raw.hex()
     if identity == "json":
         return lambda raw: None if raw is None else raw.decode("utf-8")
-    serde = serde_for(identity)
+    serde = serde_for(identity, schemas)
     if identity.startswith("tuple("):
         return lambda raw: None if raw is None else [v.hex() if isinstance(v, bytes) else v for v in serde.decode(raw)]
     return lambda raw: None if raw is None else serde.decode(raw)
@@ -33,7 +35,8 @@ def records(
     state: StateLocation, spec: StoreSpec, batch: int, partitions: list[int], uncommitted: bool = False
 ) -> Iterator[dict]:
     """The store's records as of `batch` (with `uncommitted`: the prepared batch after it)."""
-    key, value = text_decoder(spec.key_serde), text_decoder(spec.value_serde)
+    key = text_decoder(spec.key_serde)
+    value = text_decoder(spec.value_serde, schemas_as_of(spec.value_schemas, batch))
     committed = state.committed_batch()
     state = state.at_batch(batch)
     for partition in partitions:
@@ -49,7 +52,8 @@ def records(
 
 def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, partitions: list[int]) -> Iterator[dict]:
     """The store's changes in batches `start`..`end`, partition by partition."""
-    key, value = text_decoder(spec.key_serde), text_decoder(spec.value_serde)
+    key = text_decoder(spec.key_serde)
+    value = text_decoder(spec.value_serde, schemas_as_of(spec.value_schemas, end))
     for partition in partitions:
         for change in changes(state, partition, spec, start, end):  # in the generation that ran `start`
             row = {

@@ -19,6 +19,7 @@ from spark_statestore.checkpoint.names import statestore_dir
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.layout import Layout, record_query_layout
 from spark_statestore.spark.declarations import Declaration, KeyValue, Window
+from spark_statestore.spark.driver.evolution import evolve_declarations
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.driver.partition_count import check_partition_count
 from spark_statestore.spark.driver.session import session_services
@@ -99,6 +100,7 @@ def build_operator(
     settings = StateStoreSettings.from_spark(spark)
     declarations = declarations_of(stores)
     check_checkpoint_location(checkpoint_location)
+    declarations = evolve_declarations(declarations, checkpoint_location)  # record value schemas
     if partitions is not None:
         partitions = check_int(partitions, "partitions", 1)
     services = session_services(spark, settings)

@@ -9,7 +9,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_statestore.partition.reading import changes
-from spark_statestore.spark.reader.columns import Column, column_for, decoded
+from spark_statestore.spark.reader.columns import Column, column_for, decoded, value_column
 from spark_statestore.spark.reader.records import CHUNK
 from spark_statestore.spark.reader.request import ReadRequest, int_option
 
@@ -68,7 +68,7 @@ class ChangeFeedReader(ChangesReader, DataSourceReader):
         self.request = request
         self.start, self.end = change_range(request)
         self.key = column_for(request.spec.key_serde)
-        self.value = column_for(request.spec.value_serde)
+        self.value = value_column(request.spec)
 
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(p) for p in self.request.state.at_batch(self.start).partitions]

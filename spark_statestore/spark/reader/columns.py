@@ -9,8 +9,10 @@ from typing import Any, Callable
 import pyarrow as pa
 from pyspark.sql.types import (
     BinaryType,
+    BooleanType,
     DataType,
     DoubleType,
+    FloatType,
     IntegerType,
     LongType,
     StringType,
@@ -18,7 +20,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from spark_statestore.serde import serde_for
+from spark_statestore.serde import RecordSerde, serde_for
 from spark_statestore.stores.spec import StoreSpec
 
 
@@ -29,6 +31,7 @@ class Column:
     type: DataType
     convert: Callable[[list], list]
     arrow: pa.DataType | None = None  # when set, the bytes cast to it directly (UTF-8 text)
+    struct: pa.DataType | None = None  # record values: the Arrow type of their dicts
 
 
 def column_for(identity: str) -> Column:
@@ -49,6 +52,29 @@ def column_for(identity: str) -> Column:
     return Column(StringType(), lambda raw: [None if r is None else repr(serde.decode(r)) for r in raw])
 
 
+_RECORD_TYPES = {
+    "bool": (BooleanType(), pa.bool_()),
+    "int32": (IntegerType(), pa.int32()),
+    "int64": (LongType(), pa.int64()),
+    "float32": (FloatType(), pa.float32()),
+    "float64": (DoubleType(), pa.float64()),
+    "string": (StringType(), pa.string()),
+    "binary": (BinaryType(), pa.binary()),
+}
+
+
+def value_column(spec: StoreSpec) -> Column:
+    """The column of a store's values: a struct of the newest schema for record values
+    (each decoded with the schema it was written with)."""
+    if spec.value_serde != RecordSerde.identity:
+        return column_for(spec.value_serde)
+    serde = serde_for(spec.value_serde, spec.value_schemas)
+    fields = serde.schema.fields  # type: ignore[attr-defined]
+    spark = StructType([StructField(f.name, _RECORD_TYPES[f.type][0], f.nullable) for f in fields])
+    arrow = pa.struct([pa.field(f.name, _RECORD_TYPES[f.type][1], f.nullable) for f in fields])
+    return Column(spark, serde.decode_many, struct=arrow)
+
+
 def decoded(column: Column, raw: list) -> list:
     """Python values of a column (None stays None)."""
     if column.arrow is not None:
@@ -59,6 +85,8 @@ def decoded(column: Column, raw: list) -> list:
 def arrow_column(column: Column, raw: list) -> Any:
     if column.arrow is not None:
         return pa.array(raw, pa.binary()).cast(column.arrow)
+    if column.struct is not None:
+        return pa.array(column.convert(raw), column.struct)
     return column.convert(raw)
 
 
@@ -69,7 +97,7 @@ def window_fields(spec: StoreSpec) -> list[StructField]:
 
 
 def record_schema(spec: StoreSpec) -> StructType:
-    key, value = column_for(spec.key_serde), column_for(spec.value_serde)
+    key, value = column_for(spec.key_serde), value_column(spec)
     return StructType(
         [StructField("partition", IntegerType()), StructField("key", key.type), StructField("value", value.type)]
         + window_fields(spec)
@@ -77,7 +105,7 @@ def record_schema(spec: StoreSpec) -> StructType:
 
 
 def change_schema(spec: StoreSpec) -> StructType:
-    key, value = column_for(spec.key_serde), column_for(spec.value_serde)
+    key, value = column_for(spec.key_serde), value_column(spec)
     return StructType(
         [
             StructField("batch_id", LongType()),

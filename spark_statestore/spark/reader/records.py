@@ -9,7 +9,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_statestore.partition.reading import VersionReader, uncommitted_version
-from spark_statestore.spark.reader.columns import arrow_column, column_for
+from spark_statestore.spark.reader.columns import arrow_column, column_for, value_column
 from spark_statestore.spark.reader.request import ReadRequest, default_isolation, int_option, option
 from spark_statestore.txn.isolation import IsolationLevel
 
@@ -37,7 +37,7 @@ class RecordsReader(DataSourceReader):
         if batch_id is not None and self.isolation is IsolationLevel.READ_UNCOMMITTED:
             raise ValueError("option batchId reads a committed version: it cannot go with READ_UNCOMMITTED")
         self.key = column_for(request.spec.key_serde)
-        self.value = column_for(request.spec.value_serde)
+        self.value = value_column(request.spec)
 
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(p) for p in self.state.partitions]

@@ -3,11 +3,13 @@ versions (Spark's options are case-insensitive strings)."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from typing import Any
 
 from spark_statestore.partition.reading import StateLocation
+from spark_statestore.serde.schemas import schemas_as_of
 from spark_statestore.spark.driver.settings import parse_bool, parse_int
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.txn.isolation import IsolationLevel
@@ -80,7 +82,11 @@ class ReadRequest:
             if len(state.layout.stores) != 1:
                 raise ValueError(f"option store is needed: the state under {location} has stores {state.layout.names}")
             store = state.layout.stores[0].name
-        return ReadRequest(state, state.store(str(store)), {str(k).lower(): v for k, v in options.items()})
+        spec = state.store(str(store))
+        if spec.value_schemas:  # record values are shown in their shape as of the batch read
+            as_of = int_option(options, "batchId", int_option(options, "changeEndBatchId"))
+            spec = dataclasses.replace(spec, value_schemas=schemas_as_of(spec.value_schemas, as_of))
+        return ReadRequest(state, spec, {str(k).lower(): v for k, v in options.items()})
 
     def committed(self) -> int:
         committed = self.state.committed_batch()

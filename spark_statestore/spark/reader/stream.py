@@ -9,7 +9,7 @@ from pyspark.sql.types import StructType
 
 from spark_statestore.spark import compat
 from spark_statestore.spark.reader.changes import ChangesReader
-from spark_statestore.spark.reader.columns import column_for
+from spark_statestore.spark.reader.columns import column_for, value_column
 from spark_statestore.spark.reader.request import ReadRequest, int_option, option
 
 ADMISSION_OPTIONS = ("maxBatchesPerTrigger", "maxRowsPerTrigger")
@@ -23,7 +23,7 @@ class ChangeStreamReader(ChangesReader, DataSourceStreamReader):
         self.request = request
         self.starting = int_option(request.options, "startingBatchId", 0) or 0
         self.key = column_for(request.spec.key_serde)
-        self.value = column_for(request.spec.value_serde)
+        self.value = value_column(request.spec)
 
     def initialOffset(self) -> dict:
         return {"batch": self.starting - 1}

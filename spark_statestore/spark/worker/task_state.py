@@ -25,6 +25,7 @@ from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
 from spark_statestore.spark.task_metrics import TaskMetrics
 from spark_statestore.spark.worker.task import TaskInfo
+from spark_statestore.stores.migration import migrate_if_due
 from spark_statestore.stores.spec import Clock
 from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.txn.isolation import IsolationLevel
@@ -86,6 +87,12 @@ class TaskState:
         target, limit = self.config.signal_target, settings.uncommitted_max_bytes
         if target is not None and limit >= 0:
             partition.watch_uncommitted(limit, lambda total: self._signal_crossing(target, total, limit))
+        try:
+            for d in self.config.declarations:  # a value schema migration, in its first batch
+                migrate_if_due(partition.store(d.name), d.value_serde, partition.version, self.task.batch_id)
+        except BaseException:
+            self.abort()
+            raise
         self._typed = {d.name: d.typed(partition.store(d.name)) for d in self.config.declarations}
         return self
 
