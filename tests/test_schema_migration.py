@@ -1,0 +1,107 @@
+"""A value schema migration (`migrate=`) as a version of the state of its own: applied once,
+in the first batch after it was declared, durable and atomic with that batch, resumable
+after a fault or a SIGKILL at each of its steps, and readable with time travel before it
+(old shape) and after it (new shape)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import migration_workload as wl
+from spark_statestore.faults import injected
+from spark_statestore.partition.reading import StateLocation
+from spark_statestore.serde.evolution import SchemaEvolutionError
+from spark_statestore.stores import migration
+from spark_statestore.tools.export import records
+
+WORKLOAD = str(Path(__file__).with_name("migration_workload.py"))
+
+
+def _records(checkpoint: str, batch: int) -> dict:
+    """The store as a reader from outside the query sees it as of `batch` (no migrate function)."""
+    state = StateLocation.open(checkpoint)
+    return {r["key"]: r["value"] for r in records(state, state.store("totals"), batch, [0])}
+
+
+def _check(checkpoint: str) -> None:
+    """Every committed version reads as the model, in the shape of its time."""
+    for batch in range(wl.last_committed(checkpoint) + 1):
+        assert _records(checkpoint, batch) == {k: dataclasses.asdict(v) for k, v in wl.expected(batch).items()}, batch
+
+
+def _dirs(tmp_path):
+    checkpoint, local = str(tmp_path / "ckpt"), str(tmp_path / "local")
+    os.makedirs(checkpoint)
+    return checkpoint, local
+
+
+def test_a_migration_runs_once_in_the_first_batch_and_time_travel_sees_both_shapes(tmp_path, monkeypatch):
+    monkeypatch.setattr(migration, "CHUNK", 7)
+    checkpoint, local = _dirs(tmp_path)
+    assert wl.run(checkpoint, local, "v1") == [0, 0, 0]
+    with pytest.raises(SchemaEvolutionError, match="field 'total' changes type from int64 to string"):
+        wl.evolve_declarations([dataclasses.replace(wl.declaration("v2"), value_serde=wl.Serdes.record(wl.TotalV2))], checkpoint)
+    rewritten = wl.run(checkpoint, local, "v2")
+    assert rewritten == [len(wl.expected(2)), 0]  # every value once, in batch 3 only
+    _check(checkpoint)
+    assert set(_records(checkpoint, 2)["k00"]) == {"total", "label"}
+    assert set(_records(checkpoint, 3)["k00"]) == {"total", "seen"}
+    # the query restarts again with the same declaration: nothing more to migrate
+    assert wl.run(checkpoint, str(tmp_path / "new-executor"), "v2") == []
+    spec = StateLocation.open(checkpoint).store("totals")
+    assert len(spec.value_schemas) == 2 and '"migrated_since":3' in spec.value_schemas[1]
+
+
+def test_a_fault_in_the_middle_of_a_migration_leaves_the_state_as_it_was(tmp_path, monkeypatch):
+    monkeypatch.setattr(migration, "CHUNK", 7)
+    checkpoint, local = _dirs(tmp_path)
+    wl.run(checkpoint, local, "v1")
+    seen = []
+
+    def fail_at_third_chunk(point):
+        if point == "migration:after-chunk":
+            seen.append(point)
+            if len(seen) == 3:
+                raise RuntimeError("injected")
+
+    with injected(fail_at_third_chunk), pytest.raises(RuntimeError, match="injected"):
+        wl.run(checkpoint, local, "v2")
+    assert wl.last_committed(checkpoint) == 2
+    _check(checkpoint)
+    assert wl.run(checkpoint, local, "v2") == [len(wl.expected(2)), 0]  # the retry migrates every value
+    _check(checkpoint)
+
+
+POINTS = [
+    ("open:after-apply", 1),
+    ("migration:after-chunk", 1),
+    ("migration:after-chunk", 4),
+    ("prepare:after-local-write", 1),
+    ("prepare:after-publish", 1),
+]
+
+
+@pytest.mark.parametrize("point,nth", POINTS)
+def test_a_kill_at_each_step_of_a_migration_is_resumed(tmp_path, point, nth):
+    checkpoint, local = _dirs(tmp_path)
+    wl.run(checkpoint, local, "v1")
+
+    def phase_v2(env=None):
+        args = [sys.executable, WORKLOAD, checkpoint, local, "--phase", "v2", "--chunk", "7"]
+        return subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
+
+    killed = phase_v2({"SPARK_STATESTORE_FAULT": f"{point}@{nth}"})
+    assert killed.returncode == -signal.SIGKILL, f"{point} was not reached: {killed.stderr[-2000:]}"
+    assert wl.last_committed(checkpoint) == 2
+    _check(checkpoint)
+    done = phase_v2()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert wl.last_committed(checkpoint) == wl.LAST_BATCH
+    _check(checkpoint)
