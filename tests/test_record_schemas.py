@@ -248,3 +248,11 @@ def test_values_decode_where_pandas_and_arrow_give_numpy_scalars():
     serde = Serdes.record(TotalV2)
     frame = pd.DataFrame({"total": [1.5, 2.0], "seen": [1, 2], "note": ["a", None]})
     assert serde.decode_many(serde.encode_many(frame)) == [TotalV2(1.5, 1, "a"), TotalV2(2.0, 2, None)]
+
+
+def test_a_serde_travels_to_tasks_pickled():
+    from pyspark import cloudpickle
+
+    v2 = evolved(Serdes.record(TotalV2), Serdes.record(TotalV1).history_json(), "t", lambda: 1)
+    copy = cloudpickle.loads(cloudpickle.dumps(v2))
+    assert copy.version == 2 and copy.decode(v2.encode(TotalV2(1.0, 2))) == TotalV2(1.0, 2)

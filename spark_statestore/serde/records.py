@@ -172,6 +172,10 @@ class RecordSerde(Serde):
         self._codecs = [_Codec(v, s) for v, s in enumerate(self.history, 1)]
         self._chains: dict[int, Callable[[dict], Any]] = {}
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its declaration (the codecs are rebuilt where it is unpickled)."""
+        return (RecordSerde, (self.schema, self.cls, self.migrate, self.history))
+
     @property
     def version(self) -> int:
         """The version new values are written with (the newest)."""
