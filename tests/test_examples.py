@@ -66,3 +66,13 @@ def test_change_stream_is_one_change_per_page_and_batch_in_a_chain(tmp_path):
         assert pd.isna(olds[0]) and olds[1:] == news[:-1], page  # each change starts where the last ended
     views = _input(workdir)["page"].value_counts().to_dict()
     assert changes.groupby("key")["new_value"].last().to_dict() == views
+
+
+def test_schema_evolution_restarts_with_a_compatible_schema_then_a_migration(tmp_path):
+    log = _run("schema_evolution.py", "--workdir", str(tmp_path / "evolution"))
+    assert "store 'totals'" in log and "field 'purchases' changes type from int64 to string" in log
+    migrated, before = log.split("--- v3 (migrated in batch 4)")[1].split("--- time travel to batch 3")
+    assert re.findall(r"\|(\w+) *\|(\d+) *\|", migrated) == [("ann", "3"), ("bob", "3"), ("cy", "2"), ("dee", "2")]
+    assert re.findall(r"\|(\w+) *\|([\d.]+) *\|(\d+) *\|", before) == [
+        ("ann", "0.0", "2"), ("bob", "19.0", "3"), ("cy", "9.5", "2")
+    ]

@@ -8,9 +8,7 @@ from __future__ import annotations
 import collections
 import os
 import sys
-from dataclasses import dataclass
 
-import pandas as pd
 import pytest
 from pyspark import cloudpickle
 
@@ -19,68 +17,16 @@ from spark_statestore.serde.evolution import SchemaEvolutionError
 from spark_statestore.spark import KeyValue, partition_function, register_reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
-cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests
-FILES = [["a", "b", "a"], ["b", "c"], ["a", "d", "d"], ["c", "e"], ["a"], ["e", "e", "b"]]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+import schema_evolution as ex  # noqa: E402  (the example's job: its dataclasses and function)
 
-
-@dataclass
-class CountV1:
-    count: int
-    last: str
-
-
-@dataclass
-class CountV2:  # count widened to float, `last` dropped, `batches` added with a default
-    batches: int = 0
-    count: float = 0.0
-
-
-@dataclass
-class CountV3:  # count as text: old values cannot follow
-    count: str
-
-
-def bump(old, cls):
-    if cls is CountV1:
-        return CountV1((old.count if old else 0) + 1, "x")
-    if cls is CountV2:
-        return CountV2((old.batches if old else 0) + 1, (old.count if old else 0.0) + 1)
-    return CountV3(str(int(old.count if old else "0") + 1))
-
-
-def counting(cls):
-    def totals(batches, stores):
-        store = stores["totals"]
-        for batch in batches:
-            for key in batch.column("key").to_pylist():
-                store.put(key, bump(store.get(key), cls))
-        return iter(())
-
-    return totals
-
-
-def _write(inputs: str, n: int, keys: list[str]) -> None:
-    os.makedirs(inputs, exist_ok=True)
-    temp = os.path.join(inputs, f".{n}.tmp")
-    pd.DataFrame({"key": keys}).to_json(temp, orient="records", lines=True)
-    os.utime(temp, (1_000_000 + n, 1_000_000 + n))  # the file source takes files by modification time
-    os.replace(temp, os.path.join(inputs, f"{n:03d}.json"))
+cloudpickle.register_pickle_by_value(ex)  # the workers cannot import examples
+FILES = ex.PURCHASES
 
 
 def _run(spark, job: str, files: range, serde) -> str:
-    inputs, checkpoint = os.path.join(job, "input"), os.path.join(job, "checkpoint")
-    for n in files:
-        _write(inputs, n, FILES[n])
-    cls = serde.cls
-    fn = partition_function(counting(cls), checkpoint, [KeyValue("totals", Serdes.string(), serde)], partitions=2, emit_changes=False)
-    events = spark.readStream.schema("key string").option("maxFilesPerTrigger", 1).json(inputs)
-    query = (
-        events.repartition(2, "key").mapInArrow(fn, "key string").writeStream.format("noop")
-        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
-    )
-    query.awaitTermination()
-    assert query.exception() is None
-    return checkpoint
+    ex.run(spark, job, files, serde)
+    return os.path.join(job, "checkpoint")
 
 
 def _read(spark, checkpoint: str, **options) -> dict:
@@ -104,23 +50,22 @@ def job(spark, tmp_path):
 
 
 def test_a_query_restarts_with_a_compatible_schema_and_with_a_migration(spark, job):
-    checkpoint = _run(spark, job, range(3), Serdes.record(CountV1))
-    assert _read(spark, checkpoint) == {k: {"count": n, "last": "x"} for k, n in _counts(3).items()}
+    checkpoint = _run(spark, job, range(2), Serdes.record(ex.TotalV1))
+    assert _read(spark, checkpoint) == {k: {"purchases": n, "last_item": "book"} for k, n in _counts(2).items()}
 
-    _run(spark, job, range(3, 5), Serdes.record(CountV2))  # compatible: v1 values read as v2
-    after_v2 = {k: {"batches": 0, "count": float(n)} for k, n in _counts(5).items()}
-    touched = collections.Counter(k for keys in FILES[3:5] for k in keys)
-    for key, n in touched.items():
-        after_v2[key]["batches"] = n
+    _run(spark, job, range(2, 4), Serdes.record(ex.TotalV2))  # compatible: v1 values read as v2
+    after_v2 = {k: {"spend": 0.0, "purchases": n} for k, n in _counts(4).items()}
+    for key, n in collections.Counter(k for keys in FILES[2:4] for k in keys).items():
+        after_v2[key]["spend"] = 9.5 * n
     assert _read(spark, checkpoint) == after_v2
-    assert _read(spark, checkpoint, batchId=2) == {k: {"batches": 0, "count": float(n)} for k, n in _counts(3).items()}
+    assert _read(spark, checkpoint, batchId=1) == {k: {"spend": 0.0, "purchases": n} for k, n in _counts(2).items()}
 
     with pytest.raises(SchemaEvolutionError) as refused:  # on the driver, before any task runs
-        partition_function(counting(CountV3), checkpoint, [KeyValue("totals", Serdes.string(), Serdes.record(CountV3))], partitions=2)
-    for part in ("store 'totals'", "field 'count' changes type from float64 to string", "migrate="):
+        partition_function(ex.counting(ex.TotalV3), checkpoint, [KeyValue("totals", Serdes.string(), Serdes.record(ex.TotalV3))], partitions=2)
+    for part in ("store 'totals'", "field 'purchases' changes type from int64 to string", "migrate="):
         assert part in str(refused.value)
 
-    migrated = Serdes.record(CountV3, migrate=lambda old: CountV3(str(int(old["count"]))))
-    _run(spark, job, range(5, 6), migrated)
-    assert _read(spark, checkpoint) == {k: {"count": str(n)} for k, n in _counts(6).items()}
-    assert _read(spark, checkpoint, batchId=4) == after_v2  # time travel to before the migration
+    migrated = Serdes.record(ex.TotalV3, migrate=lambda old: ex.TotalV3(str(old["purchases"])))
+    _run(spark, job, range(4, 5), migrated)
+    assert _read(spark, checkpoint) == {k: {"purchases": str(n)} for k, n in _counts(5).items()}
+    assert _read(spark, checkpoint, batchId=3) == after_v2  # time travel to before the migration
