@@ -114,7 +114,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     register_reader(spark)
 
-    run(spark, workdir, range(0, 2), Serdes.record(TotalV1))
+    run(spark, workdir, range(2), Serdes.record(TotalV1))
     show(spark, workdir, "v1: purchases and the last item")
     run(spark, workdir, range(2, 4), Serdes.record(TotalV2))
     show(spark, workdir, "v2 (compatible): spend added with a default, last_item dropped")

@@ -15,7 +15,7 @@ import pytest
 
 from spark_statestore import Serdes
 from spark_statestore.partition.layout import Layout, LayoutMismatchError
-from spark_statestore.serde import RecordSchema, RecordSerde, serde_for
+from spark_statestore.serde import RecordSerde, serde_for
 from spark_statestore.serde.evolution import SchemaEvolutionError, evolved
 from spark_statestore.serde.schemas import schemas_as_of
 from spark_statestore.spark import KeyValue

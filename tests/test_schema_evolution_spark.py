@@ -18,7 +18,7 @@ from spark_statestore.spark import KeyValue, partition_function, register_reader
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
-import schema_evolution as ex  # noqa: E402  (the example's job: its dataclasses and function)
+import schema_evolution as ex  # the example job: its dataclasses and processing function
 
 cloudpickle.register_pickle_by_value(ex)  # the workers cannot import examples
 FILES = ex.PURCHASES

@@ -12,12 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import migration_workload as wl
 import pytest
 
-import migration_workload as wl
+from spark_statestore import Serdes, Stores
 from spark_statestore.faults import injected
 from spark_statestore.partition.reading import StateLocation
-from spark_statestore.serde.evolution import SchemaEvolutionError
+from spark_statestore.serde.evolution import SchemaEvolutionError, evolved
 from spark_statestore.stores import migration
 from spark_statestore.tools.export import records
 
@@ -47,7 +48,7 @@ def test_a_migration_runs_once_in_the_first_batch_and_time_travel_sees_both_shap
     checkpoint, local = _dirs(tmp_path)
     assert wl.run(checkpoint, local, "v1") == [0, 0, 0]
     with pytest.raises(SchemaEvolutionError, match="field 'total' changes type from int64 to string"):
-        wl.evolve_declarations([dataclasses.replace(wl.declaration("v2"), value_serde=wl.Serdes.record(wl.TotalV2))], checkpoint)
+        wl.evolve_declarations([dataclasses.replace(wl.declaration("v2"), value_serde=Serdes.record(wl.TotalV2))], checkpoint)
     rewritten = wl.run(checkpoint, local, "v2")
     assert rewritten == [len(wl.expected(2)), 0]  # every value once, in batch 3 only
     _check(checkpoint)
@@ -95,7 +96,7 @@ def test_a_kill_at_each_step_of_a_migration_is_resumed(tmp_path, point, nth):
 
     def phase_v2(env=None):
         args = [sys.executable, WORKLOAD, checkpoint, local, "--phase", "v2", "--chunk", "7"]
-        return subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
+        return subprocess.run(args, check=False, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
 
     killed = phase_v2({"SPARK_STATESTORE_FAULT": f"{point}@{nth}"})
     assert killed.returncode == -signal.SIGKILL, f"{point} was not reached: {killed.stderr[-2000:]}"
@@ -105,3 +106,17 @@ def test_a_kill_at_each_step_of_a_migration_is_resumed(tmp_path, point, nth):
     assert done.returncode == 0, done.stderr[-2000:]
     assert wl.last_committed(checkpoint) == wl.LAST_BATCH
     _check(checkpoint)
+
+
+def test_a_window_store_migrates_its_values_once_and_only_when_due():
+    store = Stores.in_memory_window_store("w", 1000, 10)
+    v1 = Serdes.record(wl.TotalV1)
+    for start in (0, 10, 20):
+        store.put(b"k", v1.encode(wl.TotalV1(start, "x")), start)
+    v2 = evolved(Serdes.record(wl.TotalV2, migrate=wl.migrate), v1.history_json(), "w", lambda: 5)
+    assert migration.migrate_if_due(store, v2, 3, 4) == 0  # before the migration's batch
+    assert migration.migrate_if_due(store, v2, 5, 6) == 0  # state from after it
+    assert migration.migrate_if_due(store, v2, 3, 6) == 3  # the first batch from it on
+    assert [v2.decode(v) for _, v in store.all()] == [wl.TotalV2(f"{s}:x", 1) for s in (0, 10, 20)]
+    assert all(not v2.written_before_migration(v) for _, v in store.all())
+    assert migration.migrate_if_due(store, v2, 3, 6) == 0  # nothing left from before it

@@ -9,7 +9,7 @@ next batch (each partition's first batch from it rewrites its values, once).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from spark_statestore.serde.records import RecordSerde
 from spark_statestore.serde.schemas import RecordSchema, incompatibilities

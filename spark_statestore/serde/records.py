@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from spark_statestore.serde.schemas import FIXED_FORMATS, VARIABLE, RecordSchema, step
 from spark_statestore.serde.values import Serde, malformed
@@ -181,7 +182,7 @@ class RecordSerde(Serde):
         """The version new values are written with (the newest)."""
         return len(self.history)
 
-    def with_history(self, history: Sequence[RecordSchema]) -> "RecordSerde":
+    def with_history(self, history: Sequence[RecordSchema]) -> RecordSerde:
         """This serde knowing every recorded version (the newest must be its schema)."""
         return RecordSerde(self.schema, self.cls, self.migrate, history)
 

@@ -18,8 +18,9 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 FIXED_FORMATS = {"bool": "?", "int32": "i", "int64": "q", "float32": "f", "float64": "d"}
 VARIABLE = ("string", "binary")
@@ -55,7 +56,7 @@ class RecordSchema:
     migrated_since: int | None = None  # the batch a migration into this version took effect in
 
     @staticmethod
-    def of(fields: Any, migrated_since: int | None = None) -> "RecordSchema":
+    def of(fields: Any, migrated_since: int | None = None) -> RecordSchema:
         """A checked schema (ValueError/TypeError naming the field and what is wrong)."""
         out = tuple(fields)
         names = [f.name for f in out]
@@ -73,7 +74,7 @@ class RecordSchema:
         return RecordSchema(out, migrated_since)
 
     @staticmethod
-    def from_arrow(schema: Any, defaults: dict[str, Any] | None = None) -> "RecordSchema":
+    def from_arrow(schema: Any, defaults: dict[str, Any] | None = None) -> RecordSchema:
         """The schema of a `pyarrow.Schema` (its fields' nullability kept; `defaults` by name)."""
         import pyarrow as pa
 
@@ -90,19 +91,19 @@ class RecordSchema:
         return RecordSchema.of(fields)
 
     @staticmethod
-    def from_dataclass(cls: type) -> "RecordSchema":
+    def from_dataclass(record: type) -> RecordSchema:
         """The schema of a dataclass: `int` is int64, `float` float64, `X | None` nullable,
         a field's default is its default."""
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(record)
         fields = []
-        for f in dataclasses.fields(cls):
+        for f in dataclasses.fields(record):
             hint, nullable = hints[f.name], False
             args = typing.get_args(hint)
             if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
                 rest = [a for a in args if a is not type(None)]
                 hint, nullable = (rest[0] if len(rest) == 1 else hint), True
             if hint not in _PY_TYPES:
-                raise TypeError(f"field {f.name!r} of {cls.__name__} has type {hint!r}; use bool, int, float, str, bytes")
+                raise TypeError(f"field {f.name!r} of {record.__name__} has type {hint!r}; use bool, int, float, str, bytes")
             default = None if f.default is dataclasses.MISSING else f.default
             fields.append(FieldSpec(f.name, _PY_TYPES[hint], nullable, default))
         return RecordSchema.of(fields)
@@ -125,7 +126,7 @@ class RecordSchema:
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
-    def from_json(text: str) -> "RecordSchema":
+    def from_json(text: str) -> RecordSchema:
         data = json.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("fields"), list):
             raise TypeError(f"a record schema must be an object with a 'fields' list, got {text[:100]!r}")

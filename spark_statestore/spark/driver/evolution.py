@@ -5,7 +5,7 @@ know every version and a change old values cannot follow is refused before any t
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from spark_statestore.partition.layout import read_query_layout
 from spark_statestore.partition.reading import StateLocation
