@@ -51,6 +51,8 @@ from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
 from spark_statestore.stores.rocksdb import verify_database
+from spark_statestore.stores.ttl import TtlKeyValueStore, user_changes, with_ttl
+from spark_statestore.stores.ttl_spec import TtlClock
 from spark_statestore.txn.database import TransactionalDatabase
 from spark_statestore.validation import check_instance, check_int, check_iterable
 
@@ -260,14 +262,17 @@ class PartitionState:
                         self.cache.drop(stale)
                 listener = None
                 if self.on_changes is not None:
-                    listener = self._forwarder(spec.name, self.on_changes)
+                    listener = self._forwarder(spec, self.on_changes)
                 store = cached(store, self.cache, listener, listener is not None, namespace)
                 cached_stores[spec.name] = store
-            stores[spec.name] = store
+            stores[spec.name] = with_ttl(store, spec.ttl)  # the cache holds the entries' expiries
         self._stores = stores
         self._cached = cached_stores
 
-    def _forwarder(self, name: str, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
+    def _forwarder(self, spec: StoreSpec, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
+        name = spec.name
+        if spec.ttl is not None:
+            return lambda changes: on_changes(name, user_changes(changes))
         return lambda changes: on_changes(name, changes)
 
     def store(self, name: str) -> Any:
@@ -281,6 +286,23 @@ class PartitionState:
     @property
     def stores(self) -> dict[str, Any]:
         return dict(self._stores)
+
+    def advance_clocks(self, processing_time: int | None, event_time: int | None) -> int:
+        """Move the clock of every TTL store to this batch's time on its clock (None: that
+        clock stays) and delete at most `options.ttl_expiry_limit` expired entries per
+        store; returns how many were deleted. Call it after `open`, before any write: the
+        same times give every attempt of the batch the same state."""
+        self._require_open()
+        started = time.perf_counter()
+        expired = 0
+        for store in self._stores.values():
+            if isinstance(store, TtlKeyValueStore):
+                now = processing_time if store.clock is TtlClock.PROCESSING_TIME else event_time
+                if now is not None:
+                    expired += store.advance_time(now, self.options.ttl_expiry_limit)
+        self.metrics.rows_expired += expired
+        self.metrics.expiry_seconds += time.perf_counter() - started
+        return expired
 
     def flush_caches(self) -> None:
         """Write every dirty cache entry to its store now, forwarding the changes."""

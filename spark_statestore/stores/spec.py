@@ -28,10 +28,12 @@ from typing import Any
 
 from spark_statestore.serde import check_identity
 from spark_statestore.stores.names import check_store_name
+from spark_statestore.stores.ttl_spec import TtlSpec
 from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, to_millis
 
 KEY_VALUE = "key_value"
 WINDOW = "window"
+KEY_VALUE_TTL = "key_value_ttl"  # a RocksDB record's kind only (see store_record)
 
 
 class Clock(enum.Enum):
@@ -158,6 +160,7 @@ class StoreSpec:
     cached: bool = True
     key_serde: str = "bytes"
     value_serde: str = "bytes"
+    ttl: TtlSpec | None = None  # key-value stores only: entries expire (see ttl_spec)
 
     @property
     def kind(self) -> str:
@@ -165,13 +168,22 @@ class StoreSpec:
         return KEY_VALUE if self.window_spec is None else WINDOW
 
     @staticmethod
-    def key_value(name: str, cached: bool = True, key_serde: str = "bytes", value_serde: str = "bytes") -> "StoreSpec":
+    def key_value(
+        name: str,
+        cached: bool = True,
+        key_serde: str = "bytes",
+        value_serde: str = "bytes",
+        ttl: Any = None,
+        ttl_clock: Any = "processing_time",
+    ) -> "StoreSpec":
+        """A key-value store (`ttl`: int ms or `timedelta`, None: entries never expire)."""
         return StoreSpec(
             check_store_name(name),
             None,
             check_bool(cached, "cached"),
             check_identity(key_serde, "key_serde"),
             check_identity(value_serde, "value_serde"),
+            None if ttl is None else TtlSpec.of(ttl, ttl_clock),
         )
 
     @staticmethod
@@ -202,6 +214,8 @@ class StoreSpec:
         out: dict[str, Any] = {"kind": self.kind, "key_serde": self.key_serde, "value_serde": self.value_serde}
         if self.window_spec is not None:
             out["window"] = self.window_spec.as_dict()
+        if self.ttl is not None:
+            out["ttl"] = self.ttl.as_dict()
         return out
 
     @staticmethod
@@ -216,12 +230,16 @@ class StoreSpec:
         if (kind == WINDOW) != (window is not None):
             raise ValueError(f"store {name!r} of kind {kind!r} has window parameters {window!r}")
         window_spec = None if window is None else WindowSpec.from_dict(name, window)
+        ttl = data.get("ttl")
+        if ttl is not None and kind != KEY_VALUE:
+            raise ValueError(f"store {name!r} of kind {kind!r} has a ttl {ttl!r}; only key-value stores have one")
         return StoreSpec(
             check_store_name(name),
             window_spec,
             True,
             check_identity(data.get("key_serde", "bytes"), "key_serde"),
             check_identity(data.get("value_serde", "bytes"), "value_serde"),
+            None if ttl is None else TtlSpec.from_dict(name, ttl),
         )
 
     def store_record(self) -> dict[str, Any]:
@@ -229,7 +247,8 @@ class StoreSpec:
         mean to the store code (the serdes are the layout's to check)."""
         window = self.window_spec
         if window is None:
-            return {"kind": self.kind}
+            # entries of a TTL store carry their expiry: another kind, so neither opens the other
+            return {"kind": self.kind if self.ttl is None else KEY_VALUE_TTL}
         return {
             "kind": self.kind,
             "retain_duplicates": window.retain_duplicates,
