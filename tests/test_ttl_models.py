@@ -177,3 +177,17 @@ def test_a_kept_view_reads_on_its_own_clock(tmp_path):
     assert store.get(b"k") is None and committed.get(b"k") == b"v"
     assert isinstance(committed, TtlKeyValueStore)
     store.close()
+
+
+def test_the_store_demo_keeps_the_sensors_seen_lately(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    demo = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "store_demo.py")
+    out = subprocess.run(
+        [sys.executable, demo, "--events", "300", "--state-dir", str(tmp_path)], capture_output=True, text=True, check=True
+    ).stdout
+    line = next(line for line in out.splitlines() if line.startswith("sensors seen in the last second"))
+    seen = eval(line.split(": ", 1)[1])  # noqa: S307 - the demo's own dict of sensor -> event time
+    assert seen and set(seen) <= {f"sensor-{i}" for i in range(1, 6)}

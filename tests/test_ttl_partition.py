@@ -131,3 +131,23 @@ def test_kill_at_commit_steps(tmp_path, point, nth):
     finished = run({})
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert wl.last_committed(checkpoint) == 11
+
+
+def test_a_cached_ttl_store_forwards_its_users_changes(tmp_path):
+    forwarded = []
+    state = wl.PartitionState(
+        str(tmp_path / "ckpt"),
+        0,
+        wl.TTL_SPECS,
+        wl.WorkerResources(str(tmp_path / "local"), cache=ThreadCache(1 << 20)),
+        wl.PartitionOptions(),
+        on_changes=lambda name, changes: forwarded.extend((name, c) for c in changes),
+    )
+    for batch, writes in enumerate([[(b"a", b"1"), (b"b", b"2")], [(b"a", b"3"), (b"b", None)]]):
+        state.open(batch)
+        state.advance_clocks(batch * 10, None)
+        state.store("ttl").put_all(writes)
+        state.prepare()
+        state.close()
+    changes = [(c.key, c.new_value, c.old_value) for name, c in forwarded if name == "ttl"]
+    assert changes == [(b"a", b"1", None), (b"b", b"2", None), (b"a", b"3", b"1"), (b"b", None, b"2")]

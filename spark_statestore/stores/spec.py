@@ -29,7 +29,7 @@ from typing import Any
 from spark_statestore.serde import check_identity
 from spark_statestore.stores.names import check_store_name
 from spark_statestore.stores.ttl_spec import TtlSpec
-from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, to_millis
+from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, parse_choice, to_millis
 
 KEY_VALUE = "key_value"
 WINDOW = "window"
@@ -45,15 +45,7 @@ class Clock(enum.Enum):
     @classmethod
     def parse(cls, value: Any, name: str = "clock") -> "Clock":
         """A `Clock` from itself or its value (`"records"`, `"external"`)."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        choices = ", ".join(repr(c.value) for c in cls)
-        raise ValueError(f"{name} must be one of {choices}, got {describe(value)}")
+        return parse_choice(cls, value, name)
 
 
 def default_segment_interval(retention_period: int) -> int:

@@ -11,8 +11,9 @@ and restore treat its entries as any others:
 Times are 8 big-endian bytes of `time + 2**63`, so byte order is time order. An entry is
 expired once its expiry is at or below the clock: reads skip it at once. `advance_time`
 moves the clock and deletes at most `limit` expired entries, oldest expiry first, by
-walking the index from its start (bounded work, never a scan of the entries); each
-write replaces the entry's index entry, so the index holds one entry per entry. The
+walking the index from its start (bounded work, never a scan of the entries, and no
+read of them: each write replaces the entry's index entry in the same transaction, so
+the index holds exactly one entry per entry, with the entry's expiry). The
 clock is written whenever expired entries are deleted, so a change set that deletes an
 entry and its index entry at or below the clock it holds is an expiry (`decode_changes`).
 """
@@ -180,11 +181,8 @@ class TtlKeyValueStore(KeyValueStore):
                 if len(due) >= limit or key[:1] != INDEX or key[1:9] > self._now_b:
                     break
                 due.append(key)
-        for index_key in due:
-            entry = ENTRY + index_key[9:]
-            stored = inner.get(entry)
-            if stored is not None and stored[:8] == index_key[1:9]:
-                inner.put(entry, None)
+        for index_key in due:  # an index entry's entry has its expiry (every write replaces both)
+            inner.put(ENTRY + index_key[9:], None)
             inner.put(index_key, None)
         if moved or due:
             inner.put(CLOCK_KEY, self._now_b)

@@ -13,7 +13,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from spark_statestore.validation import MAX_TIME, describe, to_millis
+from spark_statestore.validation import MAX_TIME, describe, parse_choice, to_millis
 
 
 class TtlClock(enum.Enum):
@@ -25,15 +25,7 @@ class TtlClock(enum.Enum):
     @classmethod
     def parse(cls, value: Any, name: str = "ttl_clock") -> "TtlClock":
         """A `TtlClock` from itself or its value (`"processing_time"`, `"event_time"`)."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        choices = ", ".join(repr(c.value) for c in cls)
-        raise ValueError(f"{name} must be one of {choices}, got {describe(value)}")
+        return parse_choice(cls, value, name)
 
 
 @dataclass(frozen=True)
