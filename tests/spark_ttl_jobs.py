@@ -1,7 +1,8 @@
 """Jobs of the TTL Spark tests, one per adapter (shipped to the workers by value): each
 keeps, per key, a count on the event-time clock ("seen", TTL 15 s) and one on the
 processing-time clock ("recent", TTL 1.5 s), and emits `(batch_id, key, seen, recent,
-clock)` for every key of a batch (`clock`: the TWS handle's processing time, -1 elsewhere)."""
+clock)` for every key of a batch (`clock`: the TWS handle's processing time, -1 elsewhere).
+The first attempt of every task of batch `FAILING_BATCH` fails after writing."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from spark_statestore.spark import KeyValue, StoreProcessor
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 EVENT_TTL, PROCESSING_TTL = 15_000, 1_500
+FAILING_BATCH = 3
 STORES = [
     KeyValue("seen", Serdes.string(), Serdes.int64(), ttl=datetime.timedelta(seconds=15), ttl_clock="event_time"),
     KeyValue("recent", Serdes.string(), Serdes.int64(), ttl=PROCESSING_TTL),
@@ -48,6 +50,13 @@ def _batch_id() -> int:
     return int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
 
 
+def _fail_first_attempt(batch: int) -> None:
+    from pyspark import TaskContext
+
+    if batch == FAILING_BATCH and TaskContext.get().attemptNumber() == 0:
+        raise RuntimeError(f"injected failure in batch {batch}")
+
+
 def _count(stores: Any, batch: int, keys: list, added: list, clock: int = -1) -> pd.DataFrame:
     """Add `added` rows to each key's counts (vectorized: one get_all per store)."""
     out = {"batch_id": [batch] * len(keys), "key": keys, "clock": [clock] * len(keys)}
@@ -56,6 +65,7 @@ def _count(stores: Any, batch: int, keys: list, added: list, clock: int = -1) ->
         totals = [(c or 0) + a for c, a in zip(store.get_all(keys), added)]
         store.put_columns(keys, totals)
         out[name] = totals
+    _fail_first_attempt(batch)
     return pd.DataFrame(out)[["batch_id", "key", "seen", "recent", "clock"]]
 
 

@@ -1,7 +1,9 @@
 """TTL stores in every Spark adapter, end to end: a key's counts restart once its entry
 expired on the store's clock (event time: the batch's watermark; processing time: the
-batch's timestamp), exactly as a reference computed from Spark's offset log says; the
-TWS handle's processing time is that same timestamp; expiry is counted in the metrics."""
+batch's timestamp), exactly as a reference computed from Spark's offset log says, also
+where a batch's first attempts failed after writing; the TWS handle's processing time is
+that same timestamp; expiry is counted in the metrics; the state reader shows the live
+entries and the change feed the expiries."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 
 import spark_ttl_jobs as jobs
 from spark_batches import batches
-from spark_statestore.spark import metrics_for, partition_function, with_stores
+from spark_statestore.spark import metrics_for, partition_function, register_reader, with_stores
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 
@@ -70,18 +72,21 @@ def _expected(checkpoint):
                 stored[name][key] = (now + ttls[name], count + added)
                 counts.append(count + added)
             out[(batch, key)] = tuple(counts)
-    return out, expiries, clocks
+    live = {k: c for k, (e, c) in stored["seen"].items() if e > clocks[committed[-1]]["seen"]}
+    return out, expiries, clocks, live
 
 
 def _check(spark, job, checkpoint, query):
     output = pd.concat(pd.read_parquet(p) for p in glob.glob(os.path.join(job, "output", "*.parquet")))
-    expected, expiries, clocks = _expected(checkpoint)
+    expected, expiries, clocks, live = _expected(checkpoint)
     assert expiries >= 3  # the data makes event-time entries expire
     got = {(b, k): (s, r) for b, k, s, r in zip(output["batch_id"], output["key"], output["seen"], output["recent"])}
     assert got == expected
     tasks = metrics_for(spark).tasks()
-    assert tasks[tasks["query_id"] == str(query.id)]["rows_expired"].sum() > 0
-    return output, clocks
+    mine = tasks[tasks["query_id"] == str(query.id)]
+    assert mine["rows_expired"].sum() > 0
+    assert (mine.query(f"batch_id == {jobs.FAILING_BATCH}")["attempt"] > 0).all()
+    return output, clocks, live
 
 
 def test_tws_processor(spark, job):
@@ -90,9 +95,15 @@ def test_tws_processor(spark, job):
     processor = jobs.TtlCounts(checkpoint)
     out = _events(spark, job).groupBy("key").transformWithStateInPandas(processor, jobs.SCHEMA, "Append", "EventTime")
     query = _run(out, job, checkpoint)
-    output, clocks = _check(spark, job, checkpoint, query)
+    output, clocks, live = _check(spark, job, checkpoint, query)
     for batch, clock in zip(output["batch_id"], output["clock"]):  # the handle's time is the offset log's
         assert clock == clocks[batch]["recent"]
+    register_reader(spark)
+    read = spark.read.format("spark_statestore").option("checkpointLocation", checkpoint).option("store", "seen")
+    state = read.load().toPandas()
+    assert dict(zip(state["key"], state["value"], strict=True)) == live
+    feed = read.option("readChangeFeed", "true").option("changeStartBatchId", "0").load().toPandas()
+    assert (feed["change"] == "expire").sum() > 0 and set(feed["change"]) <= {"put", "expire"}
 
 
 def test_with_stores(spark, job):
