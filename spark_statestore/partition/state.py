@@ -51,8 +51,7 @@ from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
 from spark_statestore.stores.rocksdb import verify_database
-from spark_statestore.stores.ttl import TtlKeyValueStore, user_changes, with_ttl
-from spark_statestore.stores.ttl_spec import TtlClock
+from spark_statestore.stores.ttl import advance_clocks, user_changes, with_ttl
 from spark_statestore.txn.database import TransactionalDatabase
 from spark_statestore.validation import check_instance, check_int, check_iterable
 
@@ -270,10 +269,8 @@ class PartitionState:
         self._cached = cached_stores
 
     def _forwarder(self, spec: StoreSpec, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
-        name = spec.name
-        if spec.ttl is not None:
-            return lambda changes: on_changes(name, user_changes(changes))
-        return lambda changes: on_changes(name, changes)
+        name, translate = spec.name, (user_changes if spec.ttl is not None else list)
+        return lambda changes: on_changes(name, translate(changes))
 
     def store(self, name: str) -> Any:
         """The store `name` (behind the record cache when the partition has one)."""
@@ -288,18 +285,12 @@ class PartitionState:
         return dict(self._stores)
 
     def advance_clocks(self, processing_time: int | None, event_time: int | None) -> int:
-        """Move the clock of every TTL store to this batch's time on its clock (None: that
-        clock stays) and delete at most `options.ttl_expiry_limit` expired entries per
-        store; returns how many were deleted. Call it after `open`, before any write: the
-        same times give every attempt of the batch the same state."""
+        """Move every TTL store's clock to this batch's time on it (None: it stays) and
+        delete at most `options.ttl_expiry_limit` expired entries per store, before any
+        write (the same times give every attempt the same state); returns the deletions."""
         self._require_open()
         started = time.perf_counter()
-        expired = 0
-        for store in self._stores.values():
-            if isinstance(store, TtlKeyValueStore):
-                now = processing_time if store.clock is TtlClock.PROCESSING_TIME else event_time
-                if now is not None:
-                    expired += store.advance_time(now, self.options.ttl_expiry_limit)
+        expired = advance_clocks(self._stores.values(), processing_time, event_time, self.options.ttl_expiry_limit)
         self.metrics.rows_expired += expired
         self.metrics.expiry_seconds += time.perf_counter() - started
         return expired

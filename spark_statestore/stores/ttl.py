@@ -223,6 +223,18 @@ def with_ttl(store: Any, ttl: TtlSpec | None) -> Any:
     return store if ttl is None else TtlKeyValueStore(store, ttl)
 
 
+def advance_clocks(stores: Iterable[Any], processing_time: int | None, event_time: int | None, limit: int) -> int:
+    """`advance_time` of every TTL store among `stores` to the time of its clock (None: it
+    stays); returns how many expired entries were deleted."""
+    expired = 0
+    for store in stores:
+        if isinstance(store, TtlKeyValueStore):
+            now = processing_time if store.clock is TtlClock.PROCESSING_TIME else event_time
+            if now is not None:
+                expired += store.advance_time(now, limit)
+    return expired
+
+
 def user_changes(changes: list[Change]) -> list[Change]:
     """What a cache flush of a TTL store's bytes means to its user: the entries' changes
     (keys and values without the layout's bytes), without the index and the clock."""
