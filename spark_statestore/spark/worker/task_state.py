@@ -19,8 +19,8 @@ from spark_statestore.partition.state import PartitionState
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.operator import OperatorConfig
-from spark_statestore.spark.worker.commit_log import check_previous_batch_committed
 from spark_statestore.spark.worker.batch_times import batch_times
+from spark_statestore.spark.worker.commit_log import check_previous_batch_committed
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
 from spark_statestore.spark.task_metrics import TaskMetrics
