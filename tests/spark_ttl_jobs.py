@@ -30,13 +30,15 @@ SCHEMA = "batch_id long, key string, seen long, recent long, clock long"
 
 def generate(input_dir: str, files: int) -> None:
     """File n: event times from n*10 s + 1 s (0 is not after the first watermark); key k<i>
-    has 1 + (n + i) % 3 rows where (n * (i + 1)) % 4 != 1 (so keys skip batches)."""
+    has 1 + (n + i) % 3 rows where (n * (i + 1)) % 4 != 1 (so keys skip batches); k6 is in
+    files 0 and 5 only (its entry is deleted as expired in a batch without it: an `expire`
+    in the change feed that does not depend on Spark running a last batch without data)."""
     os.makedirs(input_dir, exist_ok=True)
     for n in range(files):
         rows = [
             (f"k{i}", n * 10_000 + 1_000 + j)
-            for i in range(6)
-            if (n * (i + 1)) % 4 != 1
+            for i in range(7)
+            if (n in (0, 5) if i == 6 else (n * (i + 1)) % 4 != 1)
             for j in range(1 + (n + i) % 3)
         ]
         temp = os.path.join(input_dir, f".{n:05d}.json.tmp")
