@@ -3,7 +3,8 @@
 Runs without Spark. It generates a stream of (key, event time) pairs with some late
 events, counts them per key and 10-second window in a RocksDB window store, emits each
 window's counts once the window can no longer change, and shows that state survives a
-reopen of the store.
+reopen of the store. An in-memory TTL store keeps the sensors seen in the last second of
+event time (its entries expire on the stream time).
 
     ./dev example [--events N] [--state-dir DIR]
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import random
 import tempfile
+from datetime import timedelta
 
 from spark_statestore import Serdes, Stores
 
@@ -46,10 +48,14 @@ def main() -> None:
         return store, store.typed(Serdes.string(), Serdes.int64())
 
     raw, counts = open_store()
+    active = Stores.in_memory_key_value_store("active", ttl=timedelta(seconds=1), ttl_clock="event_time")
+    last_seen = active.typed(Serdes.string(), Serdes.int64())
     emitted_up_to = 0
     for i, (key, ts) in enumerate(generate(args.events)):
         start = ts - ts % WINDOW_MS
         counts.put(key, (counts.get(key, start) or 0) + 1, start)
+        last_seen.advance_time(raw.observed_stream_time)  # TTL: entries older than 1 s expire
+        last_seen.put(key, ts)
         if i % 100 == 99:
             raw.commit({"events": i + 1})  # writes become durable at commit (KIP-892)
         if i == args.events // 2:  # reopen half way: committed state is on disk
@@ -63,6 +69,7 @@ def main() -> None:
                 print(f"window [{windowed.window.start:>7}, {windowed.window.end:>7}) {windowed.key}: {count}")
             emitted_up_to = closed_before + 1
     raw.commit({"events": args.events})
+    print(f"sensors seen in the last second of event time (a TTL store): {dict(last_seen.all())}")
     print(f"late events dropped: {raw.metrics.dropped_records_total}; committed events: "
           f"{raw.committed_offset('events')}; state in {state_dir}")
     raw.close()

@@ -19,6 +19,8 @@ from spark_statestore.stores.api import KeyValueStore, StateStore
 from spark_statestore.stores.kv_store import InMemoryKeyValueStore
 from spark_statestore.stores.memory_window import InMemoryWindowStore
 from spark_statestore.stores.spec import Clock, StoreSpec, WindowSpec
+from spark_statestore.stores.ttl import TtlKeyValueStore, user_changes, with_ttl
+from spark_statestore.stores.ttl_spec import TtlSpec
 from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
 from spark_statestore.validation import check_name
@@ -28,9 +30,10 @@ class Stores:
     """Factories for key-value and window stores."""
 
     @staticmethod
-    def in_memory_key_value_store(name: str) -> KeyValueStore:
-        """A sorted in-memory key-value store."""
-        return InMemoryKeyValueStore(check_name(name))
+    def in_memory_key_value_store(name: str, *, ttl: Any = None, ttl_clock: Any = "processing_time") -> KeyValueStore:
+        """A sorted in-memory key-value store (`ttl`: entries expire, see `TtlKeyValueStore`)."""
+        spec = None if ttl is None else TtlSpec.of(ttl, ttl_clock)
+        return with_ttl(InMemoryKeyValueStore(check_name(name)), spec)
 
     @staticmethod
     def persistent_key_value_store(
@@ -39,12 +42,15 @@ class Stores:
         *,
         wal: bool = True,
         uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
+        ttl: Any = None,
+        ttl_clock: Any = "processing_time",
     ) -> KeyValueStore:
-        """A transactional RocksDB key-value store in its own database directory `path`."""
-        spec = StoreSpec.key_value(name)
+        """A transactional RocksDB key-value store in its own database directory `path`
+        (`ttl`: entries expire, see `TtlKeyValueStore`)."""
+        spec = StoreSpec.key_value(name, ttl=ttl, ttl_clock=ttl_clock)
         db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            return db.open_store(spec, on_close=db.close)
+            return with_ttl(db.open_store(spec, on_close=db.close), spec.ttl)
         except BaseException:
             db.close()
             raise
@@ -113,5 +119,9 @@ class Stores:
 
         `namespace` names the store's cache inside `cache`; give one to find the cached
         entries again after reopening the store (the default is private to this wrapper).
+        A TTL store is cached below its expiry (the cache holds its entries' expiries).
         """
+        if isinstance(store, TtlKeyValueStore):
+            forward = None if on_flush is None else (lambda changes: on_flush(user_changes(changes)))
+            return TtlKeyValueStore(cached(store.inner, cache, forward, send_old_values, namespace), store.ttl)
         return cached(store, cache, on_flush, send_old_values, namespace)

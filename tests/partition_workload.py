@@ -11,6 +11,8 @@ commit. `expected(seed, n)` rebuilds the state after batches 0..n with in-memory
 
 With `--keep-open N` the batches run through one `OpenCopies` (the partition stays open
 between batches); `--then-wait` then prints `waiting` and sleeps with it kept open.
+With `--ttl` the partition also has a TTL store "ttl" whose clock is 10 ms per batch and
+that deletes at most `TTL_LIMIT` expired entries per batch (its model: `TtlReference`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from spark_statestore import Stores, ThreadCache
 from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
 from spark_statestore.partition.open_copies import OpenCopies
+from ttl_reference import TtlReference
 from txn_workload import apply_ops, state_of
 
 __all__ = ["apply_ops", "state_of"]  # re-exported for the tests that drive batches
@@ -31,6 +34,31 @@ __all__ = ["apply_ops", "state_of"]  # re-exported for the tests that drive batc
 RETENTION = 120
 SIZE = 10
 SPECS = [StoreSpec.key_value("kv"), StoreSpec.window("win", RETENTION, SIZE, segment_interval=40)]
+TTL, TTL_LIMIT = 25, 3
+TTL_SPECS = SPECS + [StoreSpec.key_value("ttl", ttl=TTL)]
+
+
+def ttl_ops(seed: int, batch: int) -> list[tuple[bytes, bytes | None]]:
+    """The TTL store's writes in a batch (its own random stream: the others' stay the same)."""
+    rng = random.Random(seed * 104729 + batch)
+    return [
+        (b"t%02d" % rng.randrange(30), None if rng.random() < 0.15 else rng.randbytes(4))
+        for _ in range(rng.randint(0, 12))
+    ]
+
+
+def ttl_expected(seed: int, last_batch: int) -> tuple:
+    """The TTL store's live entries and stored keys after batches 0..last_batch."""
+    model = TtlReference(TTL, TTL_LIMIT)
+    for batch in range(last_batch + 1):
+        model.advance(batch * 10)
+        for key, value in ttl_ops(seed, batch):
+            model.put(key, value)
+    return model.items(), sorted(model.stored)
+
+
+def ttl_state(store: Any) -> tuple:
+    return list(store.all()), sorted(k[1:] for k, _ in store.inner.all() if k[:1] == b"\x00")
 
 
 def batch_ops(seed: int, batch: int) -> list[tuple]:
@@ -78,18 +106,26 @@ def partition_state(
     cache: ThreadCache | None = None,
     open_copies: OpenCopies | None = None,
     filesystem: Any = None,
+    ttl: bool = False,
     **options: Any,
 ) -> PartitionState:
     """The workload's partition state; `options`: `PartitionOptions` fields."""
     options.setdefault("retention_grace_seconds", 0)
     resources = WorkerResources(local_dir, cache=cache, open_copies=open_copies)
-    return PartitionState(checkpoint, partition, SPECS, resources, PartitionOptions(**options), filesystem=filesystem)
+    specs = SPECS
+    if ttl:
+        specs = TTL_SPECS
+        options["ttl_expiry_limit"] = TTL_LIMIT
+    return PartitionState(checkpoint, partition, specs, resources, PartitionOptions(**options), filesystem=filesystem)
 
 
 def run_batch(state: PartitionState, seed: int, batch: int, checkpoint: str) -> None:
     """One batch as a Spark task runs it, then the driver's commit."""
     state.open(batch)
     try:
+        if "ttl" in state.stores:
+            state.advance_clocks(batch * 10, None)
+            state.store("ttl").put_all(ttl_ops(seed, batch))
         apply_ops(batch_ops(seed, batch), state.store("kv"), state.store("win"))
         state.prepare()
     finally:
@@ -117,6 +153,8 @@ def read_state(checkpoint: str, local_dir: str, **kwargs) -> tuple:
     state = partition_state(checkpoint, local_dir, **kwargs)
     state.open(last_committed(checkpoint) + 1)
     try:
+        if "ttl" in state.stores:
+            return state_of(state.store("kv"), state.store("win")) + ttl_state(state.store("ttl"))
         return state_of(state.store("kv"), state.store("win"))
     finally:
         state.close()
@@ -135,6 +173,7 @@ def main() -> None:
     parser.add_argument("--apply-chunk-bytes", type=int, default=4 << 20)
     parser.add_argument("--keep-open", type=int, default=0)
     parser.add_argument("--then-wait", action="store_true")
+    parser.add_argument("--ttl", action="store_true")
     args = parser.parse_args()
     cache = ThreadCache(args.cache_bytes) if args.cache_bytes >= 0 else None
     open_copies = OpenCopies(args.keep_open, 3600) if args.keep_open else None
@@ -148,6 +187,7 @@ def main() -> None:
             uncommitted_max_bytes=args.limit,
             apply_chunk_bytes=args.apply_chunk_bytes,
             open_copies=open_copies,
+            ttl=args.ttl,
         )
         run_batch(state, args.seed, batch, args.checkpoint)
         state.wait_for_snapshots()

@@ -3,6 +3,7 @@ that checkpoints and databases already hold, and read back to the same spec."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -65,3 +66,29 @@ def test_the_database_opens_the_store_a_spec_describes(tmp_path):
     with pytest.raises(ValueError, match=r"store 'kv' .* was created as \{'kind': 'key_value'\}"):
         db.open_store(StoreSpec.window("kv", 100, 10))
     db.close()
+
+
+def test_a_ttl_is_recorded_only_when_set_and_reads_back():
+    plain = StoreSpec.key_value("kv", key_serde="string")
+    assert plain.as_dict() == {"key_serde": "string", "kind": "key_value", "value_serde": "bytes"}  # bytes as before
+    assert plain.store_record() == {"kind": "key_value"}
+    ttl = StoreSpec.key_value("t", ttl=datetime.timedelta(minutes=1), ttl_clock="event_time")
+    assert json.dumps(ttl.as_dict(), sort_keys=True) == (
+        '{"key_serde": "bytes", "kind": "key_value", "ttl": {"clock": "event_time", "duration": 60000}, '
+        '"value_serde": "bytes"}'
+    )
+    assert ttl.store_record() == {"kind": "key_value_ttl"}  # neither layout opens the other
+    assert StoreSpec.from_dict("t", json.loads(json.dumps(ttl.as_dict()))) == ttl
+    assert StoreSpec.from_dict("kv", {"kind": "key_value"}).ttl is None  # older records: no ttl
+    with pytest.raises(ValueError, match=r"store 'w' of kind 'window' has a ttl"):
+        StoreSpec.from_dict("w", {**StoreSpec.window("w", 10, 5).as_dict(), "ttl": {"duration": 5}})
+    with pytest.raises(TypeError, match=r"the ttl of store 't' must be an object with int duration"):
+        StoreSpec.from_dict("t", {"kind": "key_value", "ttl": {"duration": "5"}})
+
+
+def test_a_layout_with_a_changed_ttl_is_refused(tmp_path):
+    from spark_statestore.partition.layout import LayoutMismatchError
+
+    recorded = Layout.of([StoreSpec.key_value("t", ttl=1000)], 1)
+    with pytest.raises(LayoutMismatchError, match=r"store 't' .* was created as .*'duration': 1000"):
+        Layout.of([StoreSpec.key_value("t", ttl=2000)], 1).check_against(recorded, "ckpt", "test")

@@ -15,6 +15,7 @@ BATCH_COLUMNS = {
     "rows_written", "changelog_bytes", "spills", "cache_hits", "cache_misses", "cache_evictions", "cache_flushes",
     "dropped_records", "changelogs_applied", "restored", "kept_open", "open_seconds", "apply_seconds",
     "restore_seconds", "prepare_seconds", "uncommitted_bytes_peak",
+    "rows_expired", "expiry_seconds",  # TTL stores
 }
 
 
@@ -52,7 +53,7 @@ def test_a_task_record_takes_the_partition_metrics_and_counts_flags():
     assert type(record["kept_open"]) is int
     assert list(record)[:3] == ["query_id", "batch_id", "partition"]  # the task first, in tasks()
     assert combined_fields(PartitionMetrics, SUM) == ("kept_open", "restored", "changelogs_applied",
-                                                      "changelog_bytes", "rows_written", "spills")
+                                                      "changelog_bytes", "rows_written", "spills", "rows_expired")
 
 
 def test_metric_names_are_checked():

@@ -20,6 +20,7 @@ from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.partition.open_copies import OpenCopies
 from spark_statestore.partition.uploads import Uploader
 from spark_statestore.stores.rocksdb import RocksMemory
+from spark_statestore.stores.ttl import DEFAULT_EXPIRY_LIMIT
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES
 from spark_statestore.validation import check_bool, check_instance, check_int, check_path, check_seconds
@@ -36,7 +37,7 @@ class PartitionOptions:
     `apply_chunk_bytes`: the size of the write batches a changelog is applied in;
     `every_batch`: whether every batch prepares a version (so version N-1 must be
     durable when batch N opens); `partitions`: the query's partition count (None: not
-    fixed)."""
+    fixed); `ttl_expiry_limit`: expired entries each TTL store deletes per batch."""
 
     snapshot_interval: int = 10
     min_batches_to_retain: int = 100
@@ -46,6 +47,7 @@ class PartitionOptions:
     apply_chunk_bytes: int = DEFAULT_CHUNK_BYTES
     every_batch: bool = True
     partitions: int | None = None
+    ttl_expiry_limit: int = DEFAULT_EXPIRY_LIMIT
 
     def __post_init__(self) -> None:
         checked = {
@@ -57,6 +59,7 @@ class PartitionOptions:
             "apply_chunk_bytes": check_int(self.apply_chunk_bytes, "apply_chunk_bytes", 1),
             "every_batch": check_bool(self.every_batch, "every_batch"),
             "partitions": None if self.partitions is None else check_int(self.partitions, "partitions", 1),
+            "ttl_expiry_limit": check_int(self.ttl_expiry_limit, "ttl_expiry_limit", 1),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)

@@ -40,6 +40,7 @@ from spark_statestore.partition.recovery import Recovery
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.serde import unescape
+from spark_statestore.stores.ttl import decode_changes, with_ttl
 from spark_statestore.stores.window_layout import start_of
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
 from spark_statestore.txn.database import TransactionalDatabase
@@ -186,7 +187,7 @@ class VersionReader:
             raise StateStoreError("the version is not loaded (use VersionReader as a context manager)")
         store = db.open_store(spec)
         if spec.window_spec is None:
-            yield from store.all()
+            yield from with_ttl(store, spec.ttl).all()  # TTL: live entries, on the version's clock
             return
         for windowed, value in store.all():
             yield windowed.key, value, windowed.window.start
@@ -205,7 +206,8 @@ def _span(versions: list[int]) -> str:
 @dataclass(frozen=True)
 class ChangeRecord:
     """One change of a store in one batch: `put` (a final value), `delete`, or `expire`
-    (window stores: every window starting before `window_start` was dropped)."""
+    (window stores: every window starting before `window_start` was dropped; TTL
+    key-value stores: the entry `key` had expired and was deleted in this batch)."""
 
     batch_id: int
     change: str
@@ -255,6 +257,11 @@ def changes(
 
 
 def _changes_of(changelog: Changelog, spec: StoreSpec, version: int) -> Iterator[ChangeRecord]:
+    if spec.ttl is not None:
+        mine = lambda: ((key, value) for store, key, value in changelog.entries() if store == spec.name)  # noqa: E731
+        for change, key, value in decode_changes(mine):
+            yield ChangeRecord(version, change, key, value, None)
+        return
     window = spec.window_spec
     for lo, hi in changelog.ranges().get(spec.name, ()):
         if window is not None and lo == b"":  # expiry: one range deletion below a window start

@@ -53,6 +53,7 @@ from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.task_records import write_task_record
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
 from spark_statestore.stores.rocksdb import verify_database
+from spark_statestore.stores.ttl import advance_clocks, user_changes, with_ttl
 from spark_statestore.txn.database import TransactionalDatabase
 from spark_statestore.validation import check_instance, check_int, check_iterable
 
@@ -264,15 +265,16 @@ class PartitionState:
                         self.cache.drop(stale)
                 listener = None
                 if self.on_changes is not None:
-                    listener = self._forwarder(spec.name, self.on_changes)
+                    listener = self._forwarder(spec, self.on_changes)
                 store = cached(store, self.cache, listener, listener is not None, namespace)
                 cached_stores[spec.name] = store
-            stores[spec.name] = store
+            stores[spec.name] = with_ttl(store, spec.ttl)  # the cache holds the entries' expiries
         self._stores = stores
         self._cached = cached_stores
 
-    def _forwarder(self, name: str, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
-        return lambda changes: on_changes(name, changes)
+    def _forwarder(self, spec: StoreSpec, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
+        name, translate = spec.name, (user_changes if spec.ttl is not None else list)
+        return lambda changes: on_changes(name, translate(changes))
 
     def store(self, name: str) -> Any:
         """The store `name` (behind the record cache when the partition has one)."""
@@ -285,6 +287,17 @@ class PartitionState:
     @property
     def stores(self) -> dict[str, Any]:
         return dict(self._stores)
+
+    def advance_clocks(self, processing_time: int | None, event_time: int | None) -> int:
+        """Move every TTL store's clock to this batch's time on it (None: it stays) and
+        delete at most `options.ttl_expiry_limit` expired entries per store, before any
+        write (the same times give every attempt the same state); returns the deletions."""
+        self._require_open()
+        started = time.perf_counter()
+        expired = advance_clocks(self._stores.values(), processing_time, event_time, self.options.ttl_expiry_limit)
+        self.metrics.rows_expired += expired
+        self.metrics.expiry_seconds += time.perf_counter() - started
+        return expired
 
     def flush_caches(self) -> None:
         """Write every dirty cache entry to its store now, forwarding the changes."""

@@ -44,6 +44,8 @@ class PartitionMetrics:
     uncommitted_bytes_peak: int = metric(0, MAX)
     spills: int = metric(0, SUM)
     snapshot_version: int | None = metric(None, None)
+    rows_expired: int = metric(0, SUM)  # expired entries of TTL stores deleted (advance_clocks)
+    expiry_seconds: float = metric(0.0, MAX)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -45,12 +45,17 @@ def _typed(store: Any, key_serde: Serde, value_serde: Serde) -> Any:
 
 @dataclass(frozen=True)
 class KeyValue:
-    """A key-value store of the partition."""
+    """A key-value store of the partition; with `ttl` (a `timedelta` or int ms) each write
+    lives that long on `ttl_clock`: `"processing_time"` (the batch's timestamp, from
+    Spark's offset log: the same for every attempt) or `"event_time"` (the batch's
+    watermark). See `TaskState.open`."""
 
     name: str
     key_serde: Serde = field(default_factory=BytesSerde)
     value_serde: Serde = field(default_factory=BytesSerde)
     cached: bool = True
+    ttl: Any = None
+    ttl_clock: str = "processing_time"
 
     def __post_init__(self) -> None:
         _check_serde(self.key_serde, "key_serde")
@@ -58,7 +63,9 @@ class KeyValue:
         self.spec()
 
     def spec(self) -> StoreSpec:
-        spec = StoreSpec.key_value(self.name, self.cached, self.key_serde.identity, self.value_serde.identity)
+        spec = StoreSpec.key_value(
+            self.name, self.cached, self.key_serde.identity, self.value_serde.identity, self.ttl, self.ttl_clock
+        )
         return _with_schemas(spec, self.value_serde)
 
     def typed(self, store: Any) -> Any:

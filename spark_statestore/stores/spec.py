@@ -33,10 +33,12 @@ from typing import Any
 from spark_statestore.serde import check_identity
 from spark_statestore.serde.schemas import check_schemas
 from spark_statestore.stores.names import check_store_name
-from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, to_millis
+from spark_statestore.stores.ttl_spec import TtlSpec
+from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, parse_choice, to_millis
 
 KEY_VALUE = "key_value"
 WINDOW = "window"
+KEY_VALUE_TTL = "key_value_ttl"  # a RocksDB record's kind only (see store_record)
 
 
 class Clock(enum.Enum):
@@ -48,15 +50,7 @@ class Clock(enum.Enum):
     @classmethod
     def parse(cls, value: Any, name: str = "clock") -> "Clock":
         """A `Clock` from itself or its value (`"records"`, `"external"`)."""
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        choices = ", ".join(repr(c.value) for c in cls)
-        raise ValueError(f"{name} must be one of {choices}, got {describe(value)}")
+        return parse_choice(cls, value, name)
 
 
 def default_segment_interval(retention_period: int) -> int:
@@ -164,6 +158,7 @@ class StoreSpec:
     key_serde: str = "bytes"
     value_serde: str = "bytes"
     value_schemas: tuple[str, ...] = ()  # record values: their schema versions, oldest first (JSON)
+    ttl: TtlSpec | None = None  # key-value stores only: entries expire (see ttl_spec)
 
     @property
     def kind(self) -> str:
@@ -171,13 +166,22 @@ class StoreSpec:
         return KEY_VALUE if self.window_spec is None else WINDOW
 
     @staticmethod
-    def key_value(name: str, cached: bool = True, key_serde: str = "bytes", value_serde: str = "bytes") -> "StoreSpec":
+    def key_value(
+        name: str,
+        cached: bool = True,
+        key_serde: str = "bytes",
+        value_serde: str = "bytes",
+        ttl: Any = None,
+        ttl_clock: Any = "processing_time",
+    ) -> "StoreSpec":
+        """A key-value store (`ttl`: int ms or `timedelta`, None: entries never expire)."""
         return StoreSpec(
             check_store_name(name),
             None,
             check_bool(cached, "cached"),
             check_identity(key_serde, "key_serde"),
             check_identity(value_serde, "value_serde"),
+            ttl=None if ttl is None else TtlSpec.of(ttl, ttl_clock),
         )
 
     @staticmethod
@@ -210,6 +214,8 @@ class StoreSpec:
             out["window"] = self.window_spec.as_dict()
         if self.value_schemas:
             out["value_schemas"] = [json.loads(text) for text in self.value_schemas]
+        if self.ttl is not None:
+            out["ttl"] = self.ttl.as_dict()
         return out
 
     @staticmethod
@@ -228,6 +234,9 @@ class StoreSpec:
         schemas = check_schemas(data.get("value_schemas", ()))
         if (value_serde == "record") != bool(schemas):
             raise ValueError(f"store {name!r} has value serde {value_serde!r} with value schemas {schemas!r:.200}")
+        ttl = data.get("ttl")
+        if ttl is not None and kind != KEY_VALUE:
+            raise ValueError(f"store {name!r} of kind {kind!r} has a ttl {ttl!r}; only key-value stores have one")
         return StoreSpec(
             check_store_name(name),
             window_spec,
@@ -235,6 +244,7 @@ class StoreSpec:
             check_identity(data.get("key_serde", "bytes"), "key_serde"),
             value_serde,
             schemas,
+            None if ttl is None else TtlSpec.from_dict(name, ttl),
         )
 
     def store_record(self) -> dict[str, Any]:
@@ -242,7 +252,8 @@ class StoreSpec:
         mean to the store code (the serdes are the layout's to check)."""
         window = self.window_spec
         if window is None:
-            return {"kind": self.kind}
+            # entries of a TTL store carry their expiry: another kind, so neither opens the other
+            return {"kind": self.kind if self.ttl is None else KEY_VALUE_TTL}
         return {
             "kind": self.kind,
             "retain_duplicates": window.retain_duplicates,

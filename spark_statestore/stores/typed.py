@@ -204,6 +204,15 @@ class TypedKeyValueStore(_Typed):
     def approximate_num_entries(self) -> int:
         return self.store.approximate_num_entries()
 
+    def advance_time(self, now: int, *limit: int) -> int:
+        """A TTL store: move its clock and delete expired entries (see `TtlKeyValueStore`)."""
+        return self.store.advance_time(now, *limit)
+
+    @property
+    def time(self) -> int:
+        """A TTL store's clock."""
+        return self.store.time
+
     def prefix_scan(self, prefix: Any) -> StoreIterator:
         """Keys starting with `prefix`; for tuple keys, `prefix` is a tuple of leading components."""
         if isinstance(prefix, tuple) and isinstance(self.key_serde, TupleKeySerde):

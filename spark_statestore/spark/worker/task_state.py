@@ -20,6 +20,7 @@ from spark_statestore.partition.state import PartitionState
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.operator import OperatorConfig
+from spark_statestore.spark.worker.batch_times import batch_times
 from spark_statestore.spark.worker.commit_log import check_previous_batch_committed
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
@@ -84,6 +85,7 @@ class TaskState:
         partition.open(self.task.batch_id)
         self.partition = partition
         runtime.opened(self)
+        self._advance_ttl_clocks(partition)
         target, limit = self.config.signal_target, settings.uncommitted_max_bytes
         if target is not None and limit >= 0:
             partition.watch_uncommitted(limit, lambda total: self._signal_crossing(target, total, limit))
@@ -95,6 +97,16 @@ class TaskState:
             raise
         self._typed = {d.name: d.typed(partition.store(d.name)) for d in self.config.declarations}
         return self
+
+    def _advance_ttl_clocks(self, partition: PartitionState) -> None:
+        """Expire TTL stores' entries on the batch's times (the same for every attempt)."""
+        if any(getattr(d, "ttl", None) is not None for d in self.config.declarations):
+            try:
+                times = batch_times(self.config.checkpoint_location, self.task.batch_id)
+                partition.advance_clocks(times.timestamp, times.watermark)
+            except BaseException:
+                self.abort()
+                raise
 
     def _signal_crossing(self, target: SignalTarget, total: int, limit: int) -> None:
         """Tell the driver, during the batch, that this task passed the uncommitted limit

@@ -1,0 +1,54 @@
+"""`TtlSpec`: how long a key-value store's entries live, and on which clock.
+
+Each write sets its entry's expiry to the store's clock plus `duration`; an entry whose
+expiry is at or below the clock is expired (invisible at once, deleted in bounded work).
+`TtlClock` names what moves the clock: `PROCESSING_TIME` (in Spark, the batch's
+timestamp, the same for every attempt of a batch, as Spark's own TTL) or `EVENT_TIME`
+(the watermark). Outside Spark the owner of the store moves it (`advance_time`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from spark_statestore.validation import MAX_TIME, describe, parse_choice, to_millis
+
+
+class TtlClock(enum.Enum):
+    """What moves a TTL store's clock (see module docstring)."""
+
+    PROCESSING_TIME = "processing_time"
+    EVENT_TIME = "event_time"
+
+    @classmethod
+    def parse(cls, value: Any, name: str = "ttl_clock") -> "TtlClock":
+        """A `TtlClock` from itself or its value (`"processing_time"`, `"event_time"`)."""
+        return parse_choice(cls, value, name)
+
+
+@dataclass(frozen=True)
+class TtlSpec:
+    """A positive lifetime in milliseconds and the clock it runs on."""
+
+    duration: int
+    clock: TtlClock = TtlClock.PROCESSING_TIME
+
+    @classmethod
+    def of(cls, ttl: Any, clock: Any = TtlClock.PROCESSING_TIME) -> "TtlSpec":
+        """A checked spec (`ttl`: int ms or `timedelta`, more than 0)."""
+        duration = to_millis(ttl, "ttl")
+        if not 0 < duration <= MAX_TIME:
+            raise ValueError(f"ttl must be more than 0 and at most {MAX_TIME} ms, got {describe(ttl)}")
+        return cls(duration, TtlClock.parse(clock))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"duration": self.duration, "clock": self.clock.value}
+
+    @staticmethod
+    def from_dict(name: str, data: Any) -> "TtlSpec":
+        """The TTL of store `name` recorded as `data` (every field checked)."""
+        if not isinstance(data, dict) or type(data.get("duration")) is not int:
+            raise TypeError(f"the ttl of store {name!r} must be an object with int duration, got {describe(data)}")
+        return TtlSpec.of(data["duration"], data.get("clock"))
