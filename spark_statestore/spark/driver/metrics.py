@@ -10,7 +10,6 @@ report twice - and keeps a per-batch summary for `recent()`, logged to the drive
 from __future__ import annotations
 
 import collections
-import datetime
 import logging
 import threading
 from typing import Any
@@ -19,7 +18,6 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from spark_statestore.spark import compat
-from spark_statestore.spark.driver.governor import BatchReport
 from spark_statestore.spark.task_metrics import summarize
 
 log = logging.getLogger("spark_statestore.spark")
@@ -38,12 +36,9 @@ class TaskRecordsParam(AccumulatorParam):
 
 
 class StateStoreMetrics:
-    """Driver-side collector: `recent()` per batch, `tasks()` per partition. With a
-    `governor`, every batch's task peaks of uncommitted bytes are reported to it (the
-    end-of-batch crossing of the early trigger) and its decision joins the batch's row
-    (`early_triggers`, `early_trigger_reason`)."""
+    """Driver-side collector: `recent()` per batch, `tasks()` per partition."""
 
-    def __init__(self, spark: Any, keep_batches: int = 1000, governor: Any = None) -> None:
+    def __init__(self, spark: Any, keep_batches: int = 1000) -> None:
         self.accumulator = spark.sparkContext.accumulator([], TaskRecordsParam())
         self._lock = threading.Lock()
         self._tasks: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
@@ -53,9 +48,7 @@ class StateStoreMetrics:
         self._listener = _Listener(self)
         self.spark = spark
         self._late: dict[tuple, int] = {}
-        self._starts: dict[tuple, int] = {}  # batch start times (epoch ms) from Spark's progress
         self._stopped = False
-        self._governor = governor
         self._displaced = False
         spark.streams.addListener(self._listener)
 
@@ -82,7 +75,6 @@ class StateStoreMetrics:
                 records = [r for k, r in self._tasks.items() if k[:2] == batch_key]
                 summary = summarize(records)
                 summary["rows_dropped_by_watermark"] = self._late.get((str(batch_key[0]), batch_key[1]), 0)
-                summary.update(self._early_trigger(batch_key, records))
                 self._batches[batch_key] = summary
                 summaries.append(summary)
             while len(self._batches) > self._keep:
@@ -90,7 +82,6 @@ class StateStoreMetrics:
                 for key in [k for k in self._tasks if k[:2] == old]:
                     del self._tasks[key]
                 self._late.pop((str(old[0]), old[1]), None)
-                self._starts.pop((str(old[0]), old[1]), None)
         return summaries
 
     def _check_registered(self) -> None:
@@ -106,20 +97,6 @@ class StateStoreMetrics:
             self.accumulator.aid,
         )
 
-    def _early_trigger(self, batch_key: tuple, records: list[dict]) -> dict:
-        """Report the batch's peaks to the governor; its decision for the batch."""
-        governor = self._governor
-        query_id, batch_id = batch_key
-        if governor is None or query_id is None:
-            return {"early_triggers": 0, "early_trigger_reason": None}
-        limit = max(int(r.get("uncommitted_limit", -1)) for r in records)
-        peaks = {int(r["partition"]): int(r.get("uncommitted_bytes_peak", 0)) for r in records}
-        starts = self._starts
-        start, previous = starts.get((str(query_id), batch_id)), starts.get((str(query_id), batch_id - 1))
-        accumulated = None if start is None or previous is None else start - previous
-        governor.on_batch_end(BatchReport(str(query_id), int(batch_id), peaks, limit, accumulated))
-        return governor.batch_metrics(str(query_id), int(batch_id))
-
     def _report(self, summaries: list[dict]) -> None:
         for s in summaries:
             message = (
@@ -131,8 +108,6 @@ class StateStoreMetrics:
                 f"late_rows={s.get('rows_dropped_by_watermark', 0)} "
                 f"open={s['open_seconds']:.3f}s prepare={s['prepare_seconds']:.3f}s restored={s['restored']}"
             )
-            if s.get("early_triggers"):
-                message += f" early_trigger=1 ({s['early_trigger_reason']})"
             self._logger(message)
 
     def recent(self, batches: int = 20) -> Any:
@@ -153,14 +128,11 @@ class StateStoreMetrics:
             return pd.DataFrame(list(self._tasks.values()))
 
     def record_progress(self, progress: Any) -> None:
-        """Keep Spark's count of input rows it dropped as late (behind the watermark), and
-        when the batch started."""
+        """Keep Spark's count of input rows it dropped as late (behind the watermark)."""
         late = sum(int(op.numRowsDroppedByWatermark or 0) for op in (progress.stateOperators or []))
         key = (str(progress.id), int(progress.batchId))
-        started = datetime.datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00"))
         with self._lock:
             self._late[key] = late
-            self._starts[key] = int(started.timestamp() * 1000)
             summary = self._batches.get((key[0], key[1]))
             if summary is not None:
                 summary["rows_dropped_by_watermark"] = late

@@ -20,7 +20,7 @@ from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.operator import OperatorConfig
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
-from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
+from spark_statestore.spark.signals import CROSSING, REPORT, Signal, send
 from spark_statestore.spark.task_metrics import TaskMetrics
 from spark_statestore.spark.worker.task import TaskInfo
 from spark_statestore.stores.spec import Clock
@@ -78,17 +78,22 @@ class TaskState:
         partition.open(self.task.batch_id)
         self.partition = partition
         runtime.opened(self)
-        target, limit = self.config.signal_target, settings.uncommitted_max_bytes
-        if target is not None and limit >= 0:
-            partition.watch_uncommitted(limit, lambda total: self._signal_crossing(target, total, limit))
+        limit = settings.uncommitted_max_bytes
+        if self.config.signal_target is not None and limit >= 0:
+            partition.watch_uncommitted(limit, lambda total: self._signal(CROSSING, total))
         self._typed = {d.name: d.typed(partition.store(d.name)) for d in self.config.declarations}
         return self
 
-    def _signal_crossing(self, target: SignalTarget, total: int, limit: int) -> None:
-        """Tell the driver, during the batch, that this task passed the uncommitted limit
-        (fire and forget: a lost or refused datagram costs nothing but an early trigger)."""
+    def _signal(self, kind: int, uncommitted_bytes: int) -> None:
+        """Tell the driver's governor that this task passed the uncommitted limit (`CROSSING`,
+        during the batch) or its peak (`REPORT`, when it prepared the batch); fire and forget:
+        a lost or refused datagram costs nothing but an early trigger."""
+        target, limit = self.config.signal_target, self.config.settings.uncommitted_max_bytes
+        if target is None or limit < 0:
+            return
         task = self.task
-        send(target, CrossingSignal(task.query_id or "", task.batch_id, task.partition, task.attempt, total, limit))
+        send(target, Signal(kind, task.query_id or "", task.batch_id, task.partition, task.task_attempt_id,
+                            uncommitted_bytes, limit))
 
     def _open_partition(self) -> PartitionState:
         if self.partition is None:
@@ -141,6 +146,7 @@ class TaskState:
             self.abort()
             raise
         self._release()
+        self._signal(REPORT, metrics.uncommitted_bytes_peak)
         record = self._record(metrics, dropped)
         accumulator = self.config.accumulator
         if report and accumulator is not None:
