@@ -109,7 +109,8 @@ def early_triggers(checkpoint: str) -> pd.DataFrame:
         early = record["early_trigger"] or {}
         rows.append({"batch_id": record["batch_id"], "early_triggers": int(bool(early.get("woken"))),
                      "early_trigger_reason": early.get("reason")})
-    return pd.DataFrame(rows, columns=["batch_id", "early_triggers", "early_trigger_reason"])
+    frame = pd.DataFrame(rows, columns=["batch_id", "early_triggers", "early_trigger_reason"])
+    return frame.astype({"batch_id": "int64", "early_triggers": "int64"})
 
 
 @dataclass

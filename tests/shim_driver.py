@@ -2,6 +2,8 @@
 
     python shim_driver.py plugin WORKDIR   the shim jar in spark.jars and spark.plugins set
     python shim_driver.py no-jar WORKDIR   no jar anywhere (as in a package built without a JDK)
+    python shim_driver.py connect WORKDIR  a Spark Connect server started with the plugin, and
+                                           a query of a Connect client woken by a crossing
 
 Runs one file-source query with a century interval (plugin) or a 1 s one (no-jar), sends a
 crossing signal for its first batch, an availableNow query too, and prints one JSON line:
@@ -114,7 +116,76 @@ def main(mode: str, workdir: Path) -> dict:
     return result
 
 
+def connect(workdir: Path) -> dict:
+    """Start a Spark Connect server (the installed pyspark's) with the plugin on a free
+    loopback port, run a query through a Connect client, send a crossing for its first batch."""
+    import socket
+    import subprocess
+
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from spark_statestore.spark.driver import jvm
+    from spark_statestore.spark.driver.early_trigger import signal_target
+    from spark_statestore.spark.driver.settings import StateStoreSettings
+    from spark_statestore.spark.signals import CROSSING, Signal, send
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home = os.path.dirname(pyspark.__file__)
+    server = subprocess.Popen(
+        [os.path.join(home, "bin", "spark-submit"), "--master", "local[1]",
+         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+         "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+         "--conf", "spark.ui.enabled=false", "--jars", jvm.shim_jar(),
+         "--conf", "spark.plugins=io.sparkstatestore.shim.StateStorePlugin", "spark-internal"],
+        env=dict(os.environ, SPARK_HOME=home), stdout=subprocess.DEVNULL, stderr=open(workdir / "server.log", "w"),
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+                spark.range(1).collect()
+                break
+            except Exception:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(1)
+        target = signal_target(spark, StateStoreSettings.defaults())
+        source, checkpoint = workdir / "input", workdir / "checkpoint"
+        source.mkdir()
+        (checkpoint / "statestore").mkdir(parents=True)
+        (source / "part-1.txt").write_text("a\n")
+        query = (
+            spark.readStream.format("text").load(str(source)).writeStream.format("noop")
+            .option("checkpointLocation", str(checkpoint)).trigger(processingTime="36500 days").start()
+        )
+        files = checkpoint / "statestore" / "_batches"
+        while not (files / "0.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (workdir / "part-2.txt").write_text("b\n")
+        os.replace(workdir / "part-2.txt", source / "part-2.txt")
+        send(target, Signal(CROSSING, str(query.id), 0, 0, 7, 100, 10))
+        while not (files / "1.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        result = {
+            "session": type(spark).__module__,
+            "target": target is not None,
+            "files": sorted(p.name for p in files.glob("*.json")),
+            "batch_1": json.loads((files / "1.json").read_text()) if (files / "1.json").exists() else None,
+        }
+        query.stop()
+        spark.stop()
+        return result
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
 if __name__ == "__main__":
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    print(json.dumps(main(sys.argv[1], Path(sys.argv[2]))))
+    mode, workdir = sys.argv[1], Path(sys.argv[2])
+    print(json.dumps(connect(workdir) if mode == "connect" else main(mode, workdir)))

@@ -79,7 +79,7 @@ def drivers(tmp_path_factory):
     while the other Spark tests do; each prints one JSON line."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     started = {}
-    for mode in ("plugin", "no-jar"):
+    for mode in ("plugin", "no-jar", "connect"):
         workdir = tmp_path_factory.mktemp(f"driver-{mode}")
         started[mode] = subprocess.Popen(
             [sys.executable, str(DRIVER_SCRIPT), mode, str(workdir)],
@@ -94,7 +94,7 @@ def drivers(tmp_path_factory):
 
 def driver_result(drivers, mode: str) -> tuple[dict, str]:
     """The driver's JSON line and its stderr (the driver log)."""
-    out, err = drivers[mode].communicate(timeout=240)
+    out, err = drivers[mode].communicate(timeout=480)
     assert drivers[mode].returncode == 0, f"driver {mode} failed:\n{err[-4000:]}"
     return json.loads(out.strip().splitlines()[-1]), err
 
@@ -574,3 +574,13 @@ def test_without_a_jar_the_status_says_why_and_queries_run_normally(drivers):
     assert result["batches"] == [0, 1]  # a short interval: batches run on their own schedule
     assert len(result["warnings"]) == 1 and "early triggers are off" in result["warnings"][0]
     assert result["status"]["reason"] in result["warnings"][0]
+
+
+@pytest.mark.spark
+def test_a_query_of_a_spark_connect_session_is_woken_by_its_driver(drivers):
+    """A Spark Connect server started with `--jars <jar> --conf spark.plugins=...`: its client
+    reads where tasks send signals with `spark.conf.get`, and a crossing starts the next batch
+    of the client's century-interval query at once; the batch files are written."""
+    result, _ = driver_result(drivers, "connect")
+    assert result["session"] == "pyspark.sql.connect.session" and result["target"] is True
+    assert result["files"] == ["0.json", "1.json"] and result["batch_1"]["batch_id"] == 1

@@ -10,8 +10,9 @@ Two kinds of message, each sent at most once per task attempt:
   and the limit (the governor reads the reports of a batch when the batch ends).
 
 The driver publishes where to send them and the secret that proves them in its SparkConf
-(`spark.statestore.earlyTrigger.target` = host:port, `.secret` = hex); the operator built
-on the driver carries them to the tasks as a `SignalTarget`.
+(`spark.statestore.earlyTrigger.target` = host:port, `.signingKey` = the secret as hex: not
+named "secret", since Spark Connect hides the keys Spark redacts from its clients); the
+operator built on the driver carries them to the tasks as a `SignalTarget`.
 
 Why UDP datagrams rather than a TCP exchange: `send` must never hold up a task nor fail
 it. A UDP `sendto` on a non-blocking socket returns as soon as the kernel has the datagram
@@ -49,7 +50,7 @@ CROSSING = 1
 REPORT = 2
 MAX_QUERY_ID_BYTES = 255
 TARGET_KEY = "spark.statestore.earlyTrigger.target"
-SECRET_KEY = "spark.statestore.earlyTrigger.secret"
+SECRET_KEY = "spark.statestore.earlyTrigger.signingKey"
 _HEAD = struct.Struct("!BB")
 _FIELDS = struct.Struct("!qiqqq")
 

