@@ -1,6 +1,8 @@
-"""The early trigger's driver part in the JVM (`jvm-shim/`), on real Spark queries: the
-wakeable clock, the governor's decisions driven by datagrams crafted here and by real tasks,
-the per-batch files, and the plugin in driver subprocesses of their own (a clean JVM each).
+"""The early trigger's driver part in the JVM (`jvm-shim/`): its settings, the wakeable clock
+on real Spark queries of a classic session that loads the packaged jar, and the plugin in
+drivers of their own (a clean JVM each: a classic driver with `spark.plugins`, one without a
+jar, a Spark Connect server with the plugin). The governor's decisions and the batch files:
+`test_early_trigger_governor.py`.
 
 The Spark queries use a processing-time interval of 100 years rather than an hour: Spark
 aligns processing-time triggers to multiples of the interval since the epoch, so an
@@ -10,7 +12,6 @@ would see a batch nobody woke. Waking works the same for any interval.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import subprocess
@@ -20,16 +21,14 @@ import time
 from pathlib import Path
 
 import pytest
+from shim_queries import FileStream, batches, gate, shim_session, wait_until
 
 from spark_statestore.spark.driver.jvm import ShimStatus
 from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED as ENABLED
 from spark_statestore.spark.driver.settings import SIGNAL_PORT, StateStoreSettings
-from spark_statestore.spark.signals import CROSSING, REPORT, SECRET_KEY, TARGET_KEY, Signal, SignalTarget, send
 
 pytestmark = pytest.mark.versioned
 
-INTERVAL = "36500 days"
-LIMIT = 64 << 20
 DRIVER_SCRIPT = Path(__file__).with_name("shim_driver.py")
 
 
@@ -101,121 +100,11 @@ def driver_result(drivers, mode: str) -> tuple[dict, str]:
 
 @pytest.fixture(scope="module")
 def session(spark, drivers):
-    """A child session of the shared SparkSession (its own streaming query manager, so the
-    listener touches no other test's queries) with the shim activated in it; `target` is
-    where tasks send signals, as the session's conf says."""
-    from pyspark import cloudpickle
-
-    from spark_statestore.spark.driver.jvm import activate_shim
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    child = spark.newSession()
-    child.status = activate_shim(child)
-    child.target = SignalTarget.parse(child.conf.get(TARGET_KEY), child.conf.get(SECRET_KEY))
+    """The shim's session (`shim_queries.shim_session`), made once the drivers run."""
+    child = shim_session(spark)
     yield child
     for query in child.streams.active:
         query.stop()
-
-
-class FileStream:
-    """A directory of text files read by a streaming query; `add` publishes one atomically.
-    Its checkpoint has a `statestore` directory, so the driver writes its batch files."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.input = root / "input"
-        self.input.mkdir(parents=True)
-        self.checkpoint = str(root / "checkpoint")
-        (root / "checkpoint" / "statestore").mkdir(parents=True)
-        self.files = 0
-
-    def add(self, *lines: str) -> None:
-        self.files += 1
-        staged = self.root / f"staged-{self.files}.txt"
-        staged.write_text("".join(f"{line}\n" for line in lines or ["row"]))
-        os.replace(staged, self.input / f"part-{self.files:04d}.txt")
-
-    def start(self, session, transform=None, **trigger):
-        frame = session.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(self.input))
-        if transform is not None:
-            frame = frame.mapInPandas(transform, "value string")
-        return (
-            frame.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
-            .trigger(**(trigger or {"processingTime": INTERVAL})).start()
-        )
-
-    def batch_file(self, batch: int) -> dict | None:
-        """The driver's file of a batch, None while there is none."""
-        path = Path(self.checkpoint) / "statestore" / "_batches" / f"{batch}.json"
-        return json.loads(path.read_text()) if path.exists() else None
-
-
-def batches(query) -> list[int]:
-    """The ids of the batches that processed rows."""
-    return sorted({p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0})
-
-
-def wait_until(predicate, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what or predicate}")
-        time.sleep(0.05)
-
-
-def gate(control: Path, held_batches: set[int], signal_target=None):
-    """A mapInPandas function that holds the batches `held_batches` (writes
-    `running-<batch>`, then waits for `release-<batch>`), and, given a signal target,
-    sends a crossing signal from tasks whose rows contain `big`, as a task attempt does
-    (keyed on its `taskAttemptId()`)."""
-
-    def run(frames):
-        from pyspark import TaskContext
-
-        from spark_statestore.spark.signals import CROSSING, Signal, send
-
-        context = TaskContext.get()
-        batch = int(context.getLocalProperty("streaming.sql.batchId"))
-        frames = list(frames)
-        if signal_target is not None and any(frame["value"].eq("big").any() for frame in frames):
-            query_id = context.getLocalProperty("sql.streaming.queryId")
-            send(signal_target, Signal(CROSSING, query_id, batch, context.partitionId(), context.taskAttemptId(),
-                                       2 * LIMIT, LIMIT))
-        if batch in held_batches:
-            (control / f"running-{batch}").touch()
-            deadline = time.monotonic() + 120
-            while not (control / f"release-{batch}").exists() and time.monotonic() < deadline:
-                time.sleep(0.02)
-        yield from frames
-
-    return run
-
-
-class Held:
-    """A query over a `FileStream` whose batches `held` wait for the test (`running`,
-    `release`), started with batch 0 done."""
-
-    def __init__(self, session, root: Path, held: set[int], signal_target=None, **trigger) -> None:
-        self.stream = FileStream(root / "stream")
-        self.control = root / "control"
-        self.control.mkdir()
-        self.stream.add("a")
-        self.query = self.stream.start(session, gate(self.control, held, signal_target), **trigger)
-        self.id = str(self.query.id)
-        wait_until(lambda: self.stream.batch_file(0) is not None, what="batch 0 and its file")
-
-    def running(self, batch: int) -> None:
-        wait_until(lambda: (self.control / f"running-{batch}").exists(), what=f"batch {batch} running")
-
-    def release(self, batch: int) -> None:
-        (self.control / f"release-{batch}").touch()
-
-
-def report(session, query_id: str, batch: int, partition: int, size: int, limit: int = LIMIT,
-           kind: int = REPORT) -> None:
-    """A task's message, as a task of `batch` would send it (a task attempt id of its own)."""
-    report.attempts = getattr(report, "attempts", 1_000_000) + 1
-    assert send(session.target, Signal(kind, query_id, batch, partition, report.attempts, size, limit))
 
 
 @pytest.mark.spark
@@ -359,188 +248,6 @@ def test_trigger_kinds_of_queries_that_never_wait(session, tmp_path):
     query.awaitTermination(120)
     wait_until(lambda: query_trigger(session, query.id) is None, what="the ended run forgotten")
 
-
-
-# -- the governor, on real queries ------------------------------------------------------
-
-
-def early(held: Held, batch: int) -> dict | None:
-    """The early trigger of a batch as its file says (waiting for the file)."""
-    wait_until(lambda: held.stream.batch_file(batch) is not None, what=f"the file of batch {batch}")
-    return held.stream.batch_file(batch)["early_trigger"]
-
-
-@pytest.mark.spark
-def test_the_first_crossing_in_flight_wakes_the_query_once(session, tmp_path):
-    from spark_statestore.spark.driver.jvm import query_trigger, wake
-
-    held = Held(session, tmp_path, {1})
-    held.stream.add("b")
-    assert wake(session, held.id)
-    held.running(1)
-    report(session, held.id, 1, 2, LIMIT + 1, kind=CROSSING)
-    report(session, held.id, 1, 3, LIMIT + 9, kind=CROSSING)  # the same batch: decided already
-    report(session, held.id, 1, 3, LIMIT + 9)  # and at its end
-    wait_until(lambda: query_trigger(session, held.id).wake_pending, what="the remembered wake")
-    held.stream.add("c")
-    held.release(1)
-    wait_until(lambda: batches(held.query) == [0, 1, 2], what="batch 2 right after batch 1")
-    assert early(held, 1) == {
-        "source": "in_flight", "partition": 2, "uncommitted_bytes": LIMIT + 1, "limit": LIMIT, "woken": True,
-        "reason": f"partition 2 had {LIMIT + 1} uncommitted bytes > limit {LIMIT} (in flight)",
-    }
-    assert early(held, 2) is None
-    assert query_trigger(session, held.id).early_wakes == 2  # the test's wake and the governor's
-    held.query.stop()
-
-
-@pytest.mark.spark
-def test_end_of_task_reports_decide_when_the_batch_ends(session, tmp_path):
-    """Reports sent while the batch runs are all read when it ends (the largest peak decides),
-    also when the receiver's thread had not handled them yet."""
-    from spark_statestore.spark.driver.jvm import wake
-
-    held = Held(session, tmp_path, {1})
-    held.stream.add("b")
-    assert wake(session, held.id)
-    held.running(1)
-    for partition, size in ((0, 10), (1, LIMIT + 100), (2, LIMIT + 50)):
-        report(session, held.id, 1, partition, size)
-    held.stream.add("c")
-    held.release(1)
-    wait_until(lambda: batches(held.query) == [0, 1, 2], what="batch 2 right after batch 1")
-    decided = early(held, 1)
-    assert (decided["source"], decided["partition"], decided["uncommitted_bytes"]) == ("end_of_batch", 1, LIMIT + 100)
-    assert decided["reason"].endswith("(end of batch)")
-    held.query.stop()
-
-
-@pytest.mark.spark
-def test_a_run_of_early_batches_goes_on_while_a_whole_interval_would_cross(session, tmp_path):
-    """After an early batch, a batch under the limit still has the next one start early when a
-    whole interval of its input would cross; the first batch whose input would not ends the
-    run, and the interval comes back (a task without a limit never crosses it)."""
-    from spark_statestore.spark.driver.jvm import query_trigger, wake
-
-    held = Held(session, tmp_path, {1, 2, 3})
-    held.stream.add("b")
-    assert wake(session, held.id)
-    peaks = {1: [LIMIT + 1], 2: [LIMIT // 5], 3: [0, 0]}
-    for batch, sizes in peaks.items():
-        held.running(batch)
-        for partition, size in enumerate(sizes):
-            report(session, held.id, batch, partition, size)
-        if batch == 3:
-            report(session, held.id, batch, 5, 1 << 40, limit=-1)  # no limit: never a crossing
-        held.stream.add(f"after-{batch}")
-        held.release(batch)
-    wait_until(lambda: held.stream.batch_file(3) is not None, what="the file of batch 3")
-    assert early(held, 1)["source"] == "end_of_batch"
-    second = early(held, 2)
-    assert (second["source"], second["woken"]) == ("projected", True)
-    assert "over a whole trigger interval" in second["reason"] and second["uncommitted_bytes"] > LIMIT
-    assert early(held, 3) is None  # a whole interval of nothing stays under the limit
-    assert batches(held.query) == [0, 1, 2, 3] and not query_trigger(session, held.id).wake_pending
-    held.query.stop()
-
-
-@pytest.mark.spark
-def test_only_the_crossing_query_is_woken(session, tmp_path):
-    from spark_statestore.spark.driver.jvm import decision, query_trigger
-
-    crossing, idle = Held(session, tmp_path / "crossing", set()), Held(session, tmp_path / "idle", set())
-    crossing.stream.add("b")
-    idle.stream.add("b")
-    report(session, idle.id, 0, 0, LIMIT, kind=CROSSING)  # at the limit is not past it
-    report(session, crossing.id, 0, 0, LIMIT + 1, kind=CROSSING)  # late for batch 0: starts batch 1 at once
-    wait_until(lambda: batches(crossing.query) == [0, 1], what="the crossing query's next batch")
-    assert decision(session, crossing.id, 0)["source"] == "in_flight"  # its file was written before
-    assert decision(session, idle.id, 0) is None
-    assert batches(idle.query) == [0] and not query_trigger(session, idle.id).wake_pending
-    crossing.query.stop()
-    idle.query.stop()
-
-
-@pytest.mark.spark
-def test_a_batch_re_run_after_a_restart_in_the_same_session_is_woken(session, tmp_path):
-    """Issue 24: the re-run of a batch in a new run of its query has task attempt numbers
-    starting at 0 again; its task's signal is a new one (its task attempt id is), and the
-    batch is decided again."""
-    from spark_statestore.spark.driver.jvm import signal_stats, wake
-
-    stream = FileStream(tmp_path / "stream")
-    control = tmp_path / "control"
-    control.mkdir()
-    stream.add("small")
-    query = stream.start(session, gate(control, {1}, session.target))
-    wait_until(lambda: stream.batch_file(0) is not None, what="batch 0")
-    before = signal_stats(session)
-    stream.add("big")
-    assert wake(session, query.id)
-    wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
-    wait_until(lambda: signal_stats(session).get("accepted", 0) == before.get("accepted", 0) + 1,
-               what="the first run's crossing")
-    query.stop()  # batch 1 never ends in this run
-    (control / "running-1").unlink()
-    (control / "release-1").touch()
-    stream.add("small")
-    restarted = stream.start(session, gate(control, {1}, session.target))
-    wait_until(lambda: batches(restarted) == [1, 2], what="the re-run batch 1, then batch 2 at once")
-    decided = stream.batch_file(1)["early_trigger"]
-    assert (decided["source"], decided["woken"]) == ("in_flight", True)
-    stats = signal_stats(session)
-    assert stats.get("accepted", 0) == before.get("accepted", 0) + 2
-    assert stats.get("replayed", 0) == before.get("replayed", 0)
-    restarted.stop()
-
-
-@pytest.mark.spark
-def test_every_batch_has_a_file_with_what_the_driver_saw(session, tmp_path):
-    """Queries of any trigger whose checkpoint holds our state get a file per batch: its
-    start, the input rows Spark dropped as late, and the early trigger (none here); a query
-    without our state gets none."""
-    from pyspark.sql import functions as F
-
-    stream = FileStream(tmp_path / "stream")
-    stream.add("100")
-    frame = (
-        session.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(stream.input))
-        .select(F.col("value").cast("long").cast("timestamp").alias("ts"))
-        .withWatermark("ts", "0 seconds").dropDuplicates(["ts"])
-    )
-    query = (
-        frame.writeStream.format("noop").option("checkpointLocation", stream.checkpoint)
-        .trigger(processingTime="0 seconds").start()
-    )
-    wait_until(lambda: any(p["numInputRows"] for p in query.recentProgress), what="the first batch")
-    stream.add("10", "200")  # 10 is behind the watermark of 100 s: dropped as late
-    wait_until(lambda: any(sum(o["numRowsDroppedByWatermark"] for o in p["stateOperators"])
-                           for p in query.recentProgress), timeout=180, what="the late row dropped")
-    progress = {p["batchId"]: p for p in query.recentProgress}
-    query.stop()
-    for batch_id, p in progress.items():
-        wait_until(lambda b=batch_id: stream.batch_file(b) is not None, what=f"the file of batch {batch_id}")
-        record = stream.batch_file(batch_id)
-        started = datetime.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
-        assert record == {
-            "query_id": str(query.id), "run_id": str(query.runId), "batch_id": batch_id,
-            "timestamp_ms": round(started.timestamp() * 1000),
-            "rows_dropped_by_watermark": sum(o["numRowsDroppedByWatermark"] for o in p["stateOperators"]),
-            "early_trigger": None,
-        }
-    assert sum(stream.batch_file(b)["rows_dropped_by_watermark"] for b in progress) == 1
-    assert sorted(os.listdir(Path(stream.checkpoint) / "statestore" / "_batches")) == sorted(
-        f"{b}.json" for b in progress)  # no temporary file left
-
-    other = tmp_path / "no-state"
-    (other / "input").mkdir(parents=True)
-    (other / "input" / "a.txt").write_text("a\n")
-    plain = (
-        session.readStream.format("text").load(str(other / "input")).writeStream.format("noop")
-        .option("checkpointLocation", str(other / "checkpoint")).trigger(availableNow=True).start()
-    )
-    plain.awaitTermination(120)
-    assert not (other / "checkpoint" / "statestore").exists()
 
 
 # -- the plugin, in drivers of their own ------------------------------------------------
