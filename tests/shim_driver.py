@@ -116,6 +116,12 @@ def main(mode: str, workdir: Path) -> dict:
     return result
 
 
+def wait_for_file(path: Path, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def connect(workdir: Path) -> dict:
     """Start a Spark Connect server (the installed pyspark's) with the plugin on a free
     loopback port, run a query through a Connect client, send a crossing for its first batch."""
@@ -143,7 +149,7 @@ def connect(workdir: Path) -> dict:
         env=dict(os.environ, SPARK_HOME=home), stdout=subprocess.DEVNULL, stderr=open(workdir / "server.log", "w"),
     )
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300  # the server starts slowly on a busy machine
         while True:
             try:
                 spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
@@ -163,13 +169,11 @@ def connect(workdir: Path) -> dict:
             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="36500 days").start()
         )
         files = checkpoint / "statestore" / "_batches"
-        while not (files / "0.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_file(files / "0.json")
         (workdir / "part-2.txt").write_text("b\n")
         os.replace(workdir / "part-2.txt", source / "part-2.txt")
         send(target, Signal(CROSSING, str(query.id), 0, 0, 7, 100, 10))
-        while not (files / "1.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for_file(files / "1.json")
         result = {
             "session": type(spark).__module__,
             "target": target is not None,

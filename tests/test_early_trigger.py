@@ -155,3 +155,14 @@ def test_a_bad_early_trigger_setting_fails_on_the_driver(spark, tmp_path):
     child.conf.set("spark.statestore.earlyTrigger.enabled", "maybe")
     with pytest.raises(ValueError, match="spark.statestore.earlyTrigger.enabled must be true or false, got 'maybe'"):
         Totals(str(tmp_path / "checkpoint"), spark=child)
+
+
+def test_a_session_with_early_triggers_off_gives_its_tasks_no_target(spark):
+    from spark_statestore.spark.driver.early_trigger import signal_target
+    from spark_statestore.spark.driver.settings import StateStoreSettings
+
+    child = spark.newSession()
+    child.conf.set("spark.statestore.earlyTrigger.enabled", "false")
+    assert signal_target(child, StateStoreSettings.from_spark(child)) is None
+    child.conf.set("spark.statestore.earlyTrigger.enabled", "true")
+    assert signal_target(child, StateStoreSettings.from_spark(child)) is not None

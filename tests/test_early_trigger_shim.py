@@ -93,7 +93,7 @@ def drivers(tmp_path_factory):
 
 def driver_result(drivers, mode: str) -> tuple[dict, str]:
     """The driver's JSON line and its stderr (the driver log)."""
-    out, err = drivers[mode].communicate(timeout=480)
+    out, err = drivers[mode].communicate(timeout=900)
     assert drivers[mode].returncode == 0, f"driver {mode} failed:\n{err[-4000:]}"
     return json.loads(out.strip().splitlines()[-1]), err
 
