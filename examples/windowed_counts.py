@@ -243,6 +243,9 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(args.workdir, ignore_errors=True)
     input_dir = os.path.join(args.workdir, "input")
     existing = len([n for n in os.listdir(input_dir) if n.endswith(".json")]) if os.path.isdir(input_dir) else 0
+    if existing:
+        print(f"resuming: {args.workdir} holds {existing} input files and the query's checkpoint; this run adds "
+              f"{args.files} more and goes on from the committed state (--fresh starts over)")
     generate(input_dir, args.files, args.events_per_file, start=existing)
 
     spark = session(args.master)

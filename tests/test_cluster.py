@@ -155,10 +155,15 @@ def test_the_driver_killed_and_restarted(cluster, tmp_path):
 
 def test_speculative_attempts_of_one_partition(cluster, tmp_path):
     """Speculation on: attempt 0 of a partition stalls, Spark starts attempt 1 of it on the
-    other executor while 0 still runs, and the batch commits what one of them prepared."""
+    other executor while 0 still runs, and the batch commits what one of them prepared.
+    Every attempt of that task holds until released: on a loaded machine Spark may start
+    the speculative attempt before attempt 0 reached its hold, and a speculative attempt
+    that finished first would end the batch without anything held."""
     workdir = str(tmp_path)
     batches = write_input(workdir, 5, seed=4)
-    driver = start_driver(cluster, workdir, "partition", "--speculation", "--hold-batch", "2", "--hold-partition", "3")
+    driver = start_driver(
+        cluster, workdir, "partition", "--speculation", "--hold-batch", "2", "--hold-partition", "3", "--hold-every-attempt"
+    )
     wait_for(os.path.join(workdir, "held"), driver)
     deadline = time.monotonic() + 300
     while sum(1 for b, p, _, _ in markers(workdir) if (b, p) == (2, 3)) < 2:

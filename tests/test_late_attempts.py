@@ -18,7 +18,7 @@ from spark_statestore.checkpoint.names import aside_name, list_changelogs, snaps
 from spark_statestore.errors import AttemptSupersededError
 from spark_statestore.faults import injected
 from spark_statestore.partition.layout import Layout, record_query_layout
-from spark_statestore.partition.reading import StateLocation, changes
+from spark_statestore.partition.reading import StateLocation, VersionReader, changes
 
 
 def _two_attempts(checkpoint: str, tmp_path, batch: int, **kwargs):
@@ -30,6 +30,14 @@ def _two_attempts(checkpoint: str, tmp_path, batch: int, **kwargs):
     a.store("kv").put(b"attempt", b"A")
     b.store("kv").put(b"attempt", b"B")
     return a, b
+
+
+def _spark_commits(checkpoint: str, newest: int) -> None:
+    """Spark's commit log with batches 0..`newest` (what the reader takes as committed)."""
+    os.makedirs(os.path.join(checkpoint, "commits"), exist_ok=True)
+    for batch in range(newest + 1):
+        with open(os.path.join(checkpoint, "commits", str(batch)), "w") as f:
+            f.write("v1\n{}\n")
 
 
 def _commit(checkpoint: str, batch: int) -> None:
@@ -81,6 +89,31 @@ def test_the_change_feed_follows_the_chain_too(dirs, tmp_path):
     location = StateLocation.open(checkpoint)
     values = [c.value for c in changes(location, 0, location.store("kv"), 3, 3) if c.key == b"attempt"]
     assert values == [b"B"]
+
+
+@pytest.mark.parametrize("snapshots", [False, True])
+def test_time_travel_to_the_batch_gets_the_attempt_the_next_batch_built_on(dirs, tmp_path, snapshots):
+    """Reading batch 3 as of itself (time travel) after its losing attempt published over
+    the winner's changelog, once batch 4 was built on the winner: every reader of batch 3
+    (time travel, the next batch, the change feed) sees the winner."""
+    checkpoint, local = dirs
+    kwargs = {"snapshot_interval": 1 if snapshots else 100, "min_batches_to_retain": 100}
+    wl.run(checkpoint, local, 3, **kwargs)
+    record_query_layout(checkpoint, Layout.of(wl.SPECS, 1))
+    zombie, winner = _two_attempts(checkpoint, tmp_path, 3, **kwargs)
+    winner.prepare()
+    winner.close()
+    _commit(checkpoint, 3)
+    wl.run(checkpoint, str(tmp_path / "B"), 5, **kwargs)
+    zombie.prepare()
+    zombie.close()
+    _spark_commits(checkpoint, 4)
+    location = StateLocation.open(checkpoint)
+    spec = location.store("kv")
+    for version in (3, 4):
+        with VersionReader(location, 0, version, location.committed_batch()) as reader:
+            assert dict(reader.records(spec))[b"attempt"] == b"B", version
+    assert [c.value for c in changes(location, 0, spec, 3, 3) if c.key == b"attempt"] == [b"B"]
 
 
 def test_an_attempt_after_spark_committed_the_batch_is_refused(dirs, tmp_path):
@@ -170,3 +203,23 @@ def test_retention_keeps_the_changelog_its_base_snapshot_is_checked_against(dirs
     assert removed["changelogs"] == base
     assert sorted(list_changelogs(durable)[0]) == list(range(base, 9))
     assert wl.read_state(checkpoint, str(tmp_path / "new-executor")) == wl.expected(1, 8)
+
+
+def test_the_change_feed_of_a_rolled_back_run_reads_the_rerun(dirs, tmp_path):
+    """Versions above Spark's newest commit belong to a run the user rolled back: their
+    bases never decide which changelog of a committed batch the change feed reads."""
+    checkpoint, local = dirs
+    wl.run(checkpoint, local, 11, seed=1, min_batches_to_retain=50)
+    record_query_layout(checkpoint, Layout.of(wl.SPECS, 1))
+    with open(wl.commit_log(checkpoint), "w") as f:  # the user deletes the commits after batch 6
+        f.writelines(f"{b}\n" for b in range(7))
+    wl.run(checkpoint, local, 9, seed=2, min_batches_to_retain=50)  # batches 7 and 8 again
+    _spark_commits(checkpoint, 8)
+    location = StateLocation.open(checkpoint)
+    for batch in (7, 8):
+        final: dict = {}
+        for op in wl.batch_ops(2, batch):
+            if op[0] == "kv":
+                final[op[1]] = op[2]
+        found = {c.key: c.value for c in changes(location, 0, location.store("kv"), batch, batch)}
+        assert found == final, batch

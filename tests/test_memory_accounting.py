@@ -11,6 +11,8 @@ import sys
 import tracemalloc
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_statestore import ThreadCache, TransactionalDatabase
 from spark_statestore.stores.sizes import bytes_cost
@@ -64,3 +66,27 @@ def test_the_record_cache_counts_what_its_entries_take(value_len):
 
     traced = _traced(fill)
     assert cache.size_bytes >= traced, (cache.size_bytes / records, traced / records)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    limit=st.integers(256, 64 * 1024),
+    writes=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 2000), st.booleans()), min_size=1, max_size=300),
+)
+def test_a_batch_that_spills_always_signals_the_crossing(tmp_path_factory, limit, writes):
+    """Spilling and the early trigger's signal count the same uncommitted quantity: a
+    batch that spilled crossed the limit, so its watcher was told, with a total above it
+    (and one that was told has a peak above the limit)."""
+    db = TransactionalDatabase(str(tmp_path_factory.mktemp("spill") / "db"), uncommitted_max_bytes=limit)
+    told: list[int] = []
+    db.budget.watch(limit, told.append)
+    kv = db.key_value_store("kv")
+    for key_len, value_len, delete in writes:
+        key = b"k" * key_len + len(told).to_bytes(2, "big")
+        kv.put(key, None if delete else b"v" * value_len)
+    spilled = db.metrics.spills > 0
+    if spilled:
+        assert len(told) == 1 and told[0] > limit, (db.metrics.spills, told)
+    if told:
+        assert db.uncommitted_bytes_peak > limit
+    db.close()

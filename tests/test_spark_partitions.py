@@ -262,6 +262,8 @@ def test_task_state_views_and_the_watermark_of_zero(tmp_path):
     assert state.view("w").observed_stream_time == -1
     state.observe_watermark(0)
     state.finish(report=False)
+    os.makedirs(os.path.join(config.checkpoint_location, "commits"))
+    open(os.path.join(config.checkpoint_location, "commits", "0"), "w").close()  # as Spark's driver does
     state = TaskState(config, TaskInfo(1, 0, 0, 10, "q", 1)).open()
     assert state["w"].observed_stream_time == 0
     state.abort()

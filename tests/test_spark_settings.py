@@ -97,6 +97,9 @@ def test_the_shipped_spark_defaults_file_holds_the_defaults():
             entries[key] = value
     assert {k: v for k, v in entries.items() if k.startswith("spark.statestore.")} == DEFAULTS
     assert StateStoreSettings.from_conf(entries.get) == settings()
+    # spark-submit with this file runs as many state partitions as `./dev example` does
+    example = open(os.path.join(os.path.dirname(path), "..", "examples", "windowed_counts.py")).read()
+    assert f'.config("spark.sql.shuffle.partitions", "{entries["spark.sql.shuffle.partitions"]}")' in example
 
 
 def test_plot_metrics_draws_every_panel():

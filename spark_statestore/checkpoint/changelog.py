@@ -226,9 +226,13 @@ def follow_chain(
 class Changelog:
     """A verified changelog file: `header`, `id`, and its records by `ranges()` and `entries()`."""
 
-    def __init__(self, path: str, version: int | None = None, partition: int | None = None) -> None:
+    def __init__(
+        self, path: str, version: int | None = None, partition: int | None = None, source: str | None = None
+    ) -> None:
+        """Verify the changelog at `path`; `source` names it in errors when `path` is a
+        local copy of a durable file (default: `path`)."""
         self.path = path
-        where = f"changelog {path}" + ("" if version is None else f" (version {version})")
+        where = f"changelog {source or path}" + ("" if version is None else f" (version {version})")
         try:
             size = os.path.getsize(path)
         except OSError as e:

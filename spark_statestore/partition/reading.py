@@ -49,28 +49,36 @@ class NoStateError(StateStoreError):
 
 @dataclass(frozen=True)
 class StateLocation:
-    """The state of one query: its checkpoint location, layout and partitions."""
+    """The state of one query: its checkpoint location and layout; its partitions are
+    listed each time they are asked for (a writer's partition publishes its directory
+    with its first changelog, possibly after a reader started)."""
 
     location: str
     layout: Layout
-    partitions: tuple[int, ...]
     filesystem: pafs.FileSystem | None = None
 
     @staticmethod
     def open(location: str, filesystem: pafs.FileSystem | None = None) -> "StateLocation":
         """The state under `location`; `NoStateError` naming it when there is none."""
         layout = read_query_layout(location, filesystem)
-        fs, root = resolve_location(location, filesystem)
-        statestore = statestore_dir(root)
         if layout is None:
-            raise NoStateError(f"there is no spark_statestore state under {location} (no {statestore}/_layout)")
-        selector = pafs.FileSelector(statestore, allow_not_found=True)
-        partitions = sorted(
-            int(info.base_name)
-            for info in fs.get_file_info(selector)
-            if info.type == pafs.FileType.Directory and number_of(info.base_name) is not None
+            _, root = resolve_location(location, filesystem)
+            raise NoStateError(f"there is no spark_statestore state under {location} (no {statestore_dir(root)}/_layout)")
+        return StateLocation(location, layout, filesystem)
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The partitions with durable state now, ascending (one listing per call: list
+        after reading the commit log, so every partition of a committed batch is seen)."""
+        fs, root = resolve_location(self.location, self.filesystem)
+        selector = pafs.FileSelector(statestore_dir(root), allow_not_found=True)
+        return tuple(
+            sorted(
+                int(info.base_name)
+                for info in fs.get_file_info(selector)
+                if info.type == pafs.FileType.Directory and number_of(info.base_name) is not None
+            )
         )
-        return StateLocation(location, layout, tuple(partitions), filesystem)
 
     def store(self, name: str) -> StoreSpec:
         for spec in self.layout.stores:
@@ -118,10 +126,18 @@ class VersionReader:
     """One partition's state at one version, rebuilt privately (a context manager: the
     private copy is deleted on exit)."""
 
-    def __init__(self, state: StateLocation, partition: int, version: int, workdir: str | None = None) -> None:
+    def __init__(
+        self,
+        state: StateLocation,
+        partition: int,
+        version: int,
+        committed: int | None = None,
+        workdir: str | None = None,
+    ) -> None:
         self.state = state
         self.partition = partition
         self.version = version
+        self.committed = committed  # the newest committed version (Recovery.load)
         self._workdir = tempfile.mkdtemp(prefix="statestore-reader-", dir=workdir)
         self.db: TransactionalDatabase | None = None
         self.loaded: VersionId | None = None
@@ -139,7 +155,7 @@ class VersionReader:
             chunk_bytes=DEFAULT_CHUNK_BYTES,
         )
         try:
-            self.db, self.loaded = recovery.load(self.version)
+            self.db, self.loaded = recovery.load(self.version, self.committed)
         except MissingStateError as e:
             changelogs, snapshots = self.state.versions(self.partition)
             raise MissingStateError(
@@ -191,10 +207,15 @@ def changes(
     state: StateLocation, partition: int, spec: StoreSpec, start: int, end: int, workdir: str | None = None
 ) -> Iterator[ChangeRecord]:
     """The changes of store `spec` in batches `start`..`end` of a partition, from the
-    durable changelogs (each verified before a record is read)."""
+    durable changelogs (each verified before a record is read). Where a batch has
+    set-aside changelogs, the one the next committed batch built on is read; durable
+    versions above Spark's newest commit (a rolled-back run's) decide nothing (without a
+    commit log: the newest durable version decides)."""
     durable = state.durable(partition)
     available, asides = list_changelogs(durable)
-    chain = follow_chain(durable, available, asides, max(available, default=end))
+    committed = state.committed_batch()
+    head = max(available, default=end) if committed is None else max(end, committed)
+    chain = follow_chain(durable, available, asides, head)
     scratch = tempfile.mkdtemp(prefix="statestore-changes-", dir=workdir)
     try:
         for version in range(start, end + 1):
@@ -205,8 +226,9 @@ def changes(
                     f"(changelogs kept: {_span(kept)}; retention removes older ones)"
                 )
             path = os.path.join(scratch, changelog_name(version))
-            durable.download(chain.get(version, (changelog_name(version), 0))[0], path)
-            changelog = Changelog(path, version, partition)
+            name = chain.get(version, (changelog_name(version), 0))[0]
+            durable.download(name, path)
+            changelog = Changelog(path, version, partition, source=f"{durable.uri(name)} of partition {partition}")
             yield from _changes_of(changelog, spec, version)
             os.remove(path)
     finally:

@@ -104,10 +104,14 @@ class Recovery:
         self.chunk_bytes = chunk_bytes
         self._kept = kept  # an open database and the version its open transaction prepared
 
-    def load(self, target: int) -> tuple[TransactionalDatabase, VersionId]:
-        """The database at version `target` (-1: the empty state) and its identity."""
+    def load(self, target: int, committed: int | None = None) -> tuple[TransactionalDatabase, VersionId]:
+        """The database at version `target` (-1: the empty state) and its identity.
+        `committed` (default `target`) is the newest version Spark committed: the chain
+        of identities is followed down from it, so a version below it is the one the next
+        committed version built on (time travel sees what the later batches saw)."""
+        head = target if committed is None else max(target, committed)
         for listing in range(_LISTINGS):
-            history = DurableHistory.read(self.durable, self.partition, target)
+            history = DurableHistory.read(self.durable, self.partition, head)
             fault_point("recovery:after-listing")
             try:
                 return self._load(history, target)
@@ -293,9 +297,9 @@ class Recovery:
             raise Vanished(f"changelog {self.durable.uri(name)} disappeared") from e
         self.metrics.changelogs_downloaded += 1
         try:
-            changelog = Changelog(path, version, self.partition)
+            changelog = Changelog(path, version, self.partition, source=self.durable.uri(name))
         except CorruptStateError as e:
             os.remove(path)
-            raise CorruptStateError(f"changelog {self.durable.uri(name)} (version {version}) is damaged: {e}") from e
+            raise CorruptStateError(f"the durable changelog of partition {self.partition} is damaged: {e}") from e
         history.downloaded(version, changelog.id)  # replaced between the two reads: read it again next time
         return changelog

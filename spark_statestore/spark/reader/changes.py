@@ -42,22 +42,31 @@ class ChangesReader:
             yield row
 
 
+def change_range(request: ReadRequest) -> tuple[int, int]:
+    """The batches `changeStartBatchId`..`changeEndBatchId` (default: the newest committed)
+    of a change-feed read, checked against the commit log."""
+    options = request.options
+    committed = request.committed()
+    start = int_option(options, "changeStartBatchId")
+    if start is None:
+        raise ValueError("readChangeFeed needs option changeStartBatchId")
+    end = int_option(options, "changeEndBatchId", committed)
+    if end is None or end > committed:
+        raise ValueError(
+            f"option changeEndBatchId {end} is after the newest committed batch ({committed}) of "
+            f"{request.state.location}"
+        )
+    if start > end:
+        raise ValueError(f"option changeStartBatchId {start} is after changeEndBatchId {end}")
+    return start, end
+
+
 class ChangeFeedReader(ChangesReader, DataSourceReader):
     """`readChangeFeed=true`: the changes of a range of committed batches."""
 
     def __init__(self, request: ReadRequest, schema: StructType) -> None:
         self.request = request
-        options = request.options
-        committed = request.committed()
-        start = int_option(options, "changeStartBatchId")
-        if start is None:
-            raise ValueError("readChangeFeed needs option changeStartBatchId")
-        end = int_option(options, "changeEndBatchId", committed)
-        if end is None or end > committed:
-            raise ValueError(f"option changeEndBatchId {end} is after the newest committed batch ({committed})")
-        if start > end:
-            raise ValueError(f"option changeStartBatchId {start} is after changeEndBatchId {end}")
-        self.start, self.end = start, end
+        self.start, self.end = change_range(request)
         self.key = column_for(request.spec.key_serde)
         self.value = column_for(request.spec.value_serde)
 

@@ -29,6 +29,7 @@ class RecordsReader(DataSourceReader):
                 f"option batchId {batch_id} is after the newest committed batch ({committed}) of "
                 f"{request.state.location}"
             )
+        self.committed = committed
         self.version = committed if batch_id is None else batch_id
         default = default_isolation()
         self.isolation = IsolationLevel.parse(option(options, "isolationLevel", default), "option isolationLevel")
@@ -47,7 +48,7 @@ class RecordsReader(DataSourceReader):
         if self.isolation is IsolationLevel.READ_UNCOMMITTED:
             version = uncommitted_version(state, number, version)
         window = spec.window_spec is not None
-        with VersionReader(state, number, version) as reader:
+        with VersionReader(state, number, version, self.committed) as reader:
             chunk: list = []
             for record in reader.records(spec):
                 chunk.append(record)

@@ -3,16 +3,31 @@ versions (Spark's options are case-insensitive strings)."""
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from typing import Any
 
 from spark_statestore.partition.reading import StateLocation
-from spark_statestore.spark.driver.settings import parse_int
+from spark_statestore.spark.driver.settings import parse_bool, parse_int
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.txn.isolation import IsolationLevel
 
 FORMAT = "spark_statestore"
 METADATA_FORMAT = "spark_statestore_metadata"
+# every option the formats read (Spark passes `path` for `load(path)`)
+OPTIONS = (
+    "path",
+    "checkpointLocation",
+    "store",
+    "batchId",
+    "isolationLevel",
+    "readChangeFeed",
+    "changeStartBatchId",
+    "changeEndBatchId",
+    "startingBatchId",
+    "maxBatchesPerTrigger",
+    "maxRowsPerTrigger",
+)
 
 
 def option(options: Any, name: str, default: Any = None) -> Any:
@@ -27,6 +42,24 @@ def int_option(options: Any, name: str, default: int | None = None, minimum: int
     return default if raw is None else parse_int(f"option {name}", raw, minimum)
 
 
+def bool_option(options: Any, name: str, default: bool = False) -> bool:
+    """A boolean option, `true` or `false` in any case (ValueError naming the option, the
+    value and the accepted ones: `yes`, `1` or a typo are not taken for false)."""
+    raw = option(options, name)
+    return default if raw is None else parse_bool(f"option {name}", raw)
+
+
+def check_option_names(options: Any, known: tuple[str, ...], source: str) -> None:
+    """Refuse an option `source` does not read, naming the closest one it does."""
+    by_lower = {name.lower(): name for name in known}
+    for given in options:
+        if str(given).lower() in by_lower:
+            continue
+        close = difflib.get_close_matches(str(given).lower(), list(by_lower), n=1, cutoff=0.6)
+        hint = f"; did you mean {by_lower[close[0]]}?" if close else ""
+        raise ValueError(f"the {source} source has no option {given!r}{hint} (its options: {', '.join(known)})")
+
+
 @dataclass(frozen=True)
 class ReadRequest:
     """What to read, checked on the driver: the state, the store, and the versions."""
@@ -37,6 +70,7 @@ class ReadRequest:
 
     @staticmethod
     def of(options: Any) -> "ReadRequest":
+        check_option_names(options, OPTIONS, FORMAT)
         location = option(options, "checkpointLocation") or option(options, "path")
         if not location:
             raise ValueError(f"the {FORMAT} source needs option checkpointLocation (the query's checkpoint location)")

@@ -9,11 +9,18 @@ from pyspark.sql.types import StructType
 
 from spark_statestore.partition.reading import StateLocation
 from spark_statestore.spark import compat
-from spark_statestore.spark.reader.changes import ChangeFeedReader
+from spark_statestore.spark.reader.changes import ChangeFeedReader, change_range
 from spark_statestore.spark.reader.columns import change_schema, record_schema
 from spark_statestore.spark.reader.metadata import METADATA_SCHEMA, MetadataReader
 from spark_statestore.spark.reader.records import RecordsReader
-from spark_statestore.spark.reader.request import FORMAT, METADATA_FORMAT, ReadRequest, option
+from spark_statestore.spark.reader.request import (
+    FORMAT,
+    METADATA_FORMAT,
+    ReadRequest,
+    bool_option,
+    check_option_names,
+    option,
+)
 from spark_statestore.spark.reader.stream import change_stream_reader
 
 
@@ -28,11 +35,19 @@ class StateStoreDataSource(DataSource):
         return ReadRequest.of(self.options)
 
     def _change_feed(self) -> bool:
-        return str(option(self.options, "readChangeFeed", "false")).strip().lower() == "true"
+        return bool_option(self.options, "readChangeFeed")
 
     def schema(self) -> StructType:
-        spec = self._request().spec
-        return change_schema(spec) if self._change_feed() else record_schema(spec)
+        """The rows' schema; called on the driver by `load()`, so every option of a batch
+        read is checked there, before an action runs a task."""
+        request = self._request()
+        if self._change_feed():
+            if option(self.options, "changeStartBatchId") is not None:
+                change_range(request)
+            return change_schema(request.spec)
+        schema = record_schema(request.spec)
+        RecordsReader(request, schema)
+        return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         request = self._request()
@@ -55,14 +70,19 @@ class StateMetadataDataSource(DataSource):
     def name(cls) -> str:
         return METADATA_FORMAT
 
-    def schema(self) -> StructType:
-        return METADATA_SCHEMA
-
-    def reader(self, schema: StructType) -> DataSourceReader:
+    def _state(self) -> StateLocation:
+        check_option_names(self.options, ("path", "checkpointLocation"), METADATA_FORMAT)
         location = option(self.options, "checkpointLocation") or option(self.options, "path")
         if not location:
             raise ValueError(f"the {METADATA_FORMAT} source needs option checkpointLocation")
-        return MetadataReader(StateLocation.open(str(location)))
+        return StateLocation.open(str(location))
+
+    def schema(self) -> StructType:
+        self._state()  # at load(): a wrong option or location fails there
+        return METADATA_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return MetadataReader(self._state())
 
 
 def register_reader(spark: Any) -> None:

@@ -19,6 +19,7 @@ from spark_statestore.partition.state import PartitionState
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.operator import OperatorConfig
+from spark_statestore.spark.worker.commit_log import check_previous_batch_committed
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.signals import CROSSING, REPORT, Signal, send
 from spark_statestore.spark.task_metrics import TaskMetrics
@@ -75,6 +76,7 @@ class TaskState:
             options,
             on_changes=self._on_changes,
         )
+        check_previous_batch_committed(self.config.checkpoint_location, self.task.batch_id, self.task.query_id)
         partition.open(self.task.batch_id)
         self.partition = partition
         runtime.opened(self)
