@@ -110,7 +110,7 @@ def _batches(query) -> list[int]:
     return sorted({p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0})
 
 
-def _wait_for(condition, timeout: float = 120.0) -> bool:
+def _wait_for(condition, timeout: float = 240.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
