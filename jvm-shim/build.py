@@ -1,5 +1,6 @@
-"""Build the early-trigger JVM shim: `javac --release 17` against pyspark's own jars, then
-`jar` into `spark_statestore/jars/spark-statestore-shim.jar`.
+"""Build the JVM shim (spark_statestore's driver part: the early trigger's plugin, signal
+receiver, governor, wakeable clock and per-batch files): `javac --release 17` against
+pyspark's own jars, then `jar` into `spark_statestore/jars/spark-statestore-shim.jar`.
 
 No Maven or Gradle (no Maven repository is needed): the only inputs are the Java sources
 under `jvm-shim/src`, a JDK and an installed pyspark (or `SPARK_HOME`) for the classpath.
@@ -7,10 +8,11 @@ Run it directly (`python jvm-shim/build.py [--if-stale]`); the package build
 (`setup.py`) and `./dev` call `build_jar`. When something is missing, nothing is written
 and the reason is returned (and printed), so a package build without a JDK still succeeds.
 
-One jar serves pyspark 4.0 to 4.3: the shim uses only Spark's public API (SparkSession,
-StreamingQueryManager, StreamingQueryListener) and reflection, with the query execution
-class and its clock field named by the Python side (`compat.trigger_clock`); its classes
-compiled against the jars of 4.0.5, 4.1.4, 4.2.1 and 4.3.0 are byte for byte the same.
+One jar serves pyspark 4.0 to 4.3: the shim compiles against Spark's public API
+(SparkPlugin, SparkContext, SparkSession, StreamingQueryListener, Hadoop's FileSystem) and
+reaches the few internals it needs by reflection, finding them itself for the running Spark
+(`QueryTriggers`: the query execution class moved to a `runtime` package in 4.1); it
+compiles against the jars of 4.0.5, 4.1.4, 4.2.1 and 4.3.0 alike.
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
 """The early trigger end to end on a real local Spark, through every adapter: a batch whose
 task passes `spark.statestore.uncommitted.maxBytes` has its next batch started as soon as
 it ends, although the query's processing-time interval is a century; batches under the
-limit leave the schedule alone; the decision shows in the per-batch metrics."""
+limit leave the schedule alone; the decision shows in the batch's file the driver writes
+(`<checkpoint>/statestore/_batches/<batch>.json`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -82,8 +85,9 @@ def _start(session, tmp_path, adapter: str, first_keys: int):
     checkpoint = str(tmp_path / "checkpoint")
     events = session.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
     if adapter == "StoreProcessor":
-        processor = Totals(checkpoint, spark=session)
-        frame = events.groupBy("key").transformWithStateInPandas(processor, "key string, total long", "Update", "None")
+        frame = events.groupBy("key").transformWithStateInPandas(
+            Totals(checkpoint, spark=session), "key string, total long", "Update", "None"
+        )
     elif adapter == "with_stores":
         fn = with_stores(_totals, checkpoint, TOTALS, spark=session)
         frame = events.groupBy("key").applyInPandasWithState(fn, "key string, total long", "calls long", "Update", "NoTimeout")
@@ -94,14 +98,19 @@ def _start(session, tmp_path, adapter: str, first_keys: int):
         frame.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint)
         .trigger(processingTime=CENTURY).start()
     )
-    return query, StateStoreMetrics(checkpoint)
+    return query, Path(checkpoint)
+
+
+def _batch_file(checkpoint: Path, batch: int) -> dict | None:
+    path = checkpoint / "statestore" / "_batches" / f"{batch}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def _batches(query) -> list[int]:
     return sorted({p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0})
 
 
-def _wait_for(condition, timeout: float = 120.0) -> bool:
+def _wait_for(condition, timeout: float = 240.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -112,26 +121,33 @@ def _wait_for(condition, timeout: float = 120.0) -> bool:
 
 @pytest.mark.parametrize("adapter", ["StoreProcessor", "with_stores", "partition_function"])
 def test_a_batch_over_the_limit_starts_the_next_one_at_once(session, tmp_path, adapter):
-    query, metrics = _start(session, tmp_path, adapter, first_keys=2000)  # well over 4 KiB per task
+    query, checkpoint = _start(session, tmp_path, adapter, first_keys=2000)  # well over 4 KiB per task
     try:
         assert _wait_for(lambda: _batches(query) == [0, 1]), f"batch 1 never started: {query.recentProgress}"
-        decided = session_services(session).governor.batch_metrics(str(query.id), 0)
-        assert decided["early_triggers"] == 1
-        assert f"limit {LIMIT}" in decided["early_trigger_reason"]
-        assert _wait_for(lambda: 0 in set(metrics.recent()["batch_id"]))
-        assert metrics.recent().set_index("batch_id").loc[0, "uncommitted_bytes_peak"] > LIMIT
+        assert _wait_for(lambda: _batch_file(checkpoint, 0) is not None)
+        early = _batch_file(checkpoint, 0)["early_trigger"]
+        assert early["source"] in ("in_flight", "end_of_batch") and early["woken"] is True
+        assert early["limit"] == LIMIT and early["uncommitted_bytes"] > LIMIT
+        assert f"limit {LIMIT}" in early["reason"]
+        metrics = StateStoreMetrics(str(checkpoint))  # the same decision, joined to the batch's metrics
+        assert _wait_for(lambda: 0 in set(metrics.recent().get("batch_id", ())))
+        row = metrics.recent().set_index("batch_id").loc[0]
+        assert row["early_triggers"] == 1 and f"limit {LIMIT}" in row["early_trigger_reason"]
+        assert row["uncommitted_bytes_peak"] > LIMIT
     finally:
         query.stop()
 
 
 def test_batches_under_the_limit_keep_the_schedule(session, tmp_path):
-    query, metrics = _start(session, tmp_path, "partition_function", first_keys=5)
+    from spark_statestore.spark.driver.jvm import query_trigger
+
+    query, checkpoint = _start(session, tmp_path, "partition_function", first_keys=5)
     try:
-        assert _wait_for(lambda: _batches(query) == [0])
-        # the woken query above needed a moment; this one gets many times that and stays put
-        time.sleep(15)
+        assert _wait_for(lambda: _batch_file(checkpoint, 0) is not None)  # written once batch 0 was decided
+        assert _batch_file(checkpoint, 0)["early_trigger"] is None
+        trigger = query_trigger(session, str(query.id))
+        assert trigger.wakeable and not trigger.wake_pending and trigger.early_wakes == 0
         assert _batches(query) == [0]
-        assert session_services(session).governor.batch_metrics(str(query.id), 0)["early_triggers"] == 0
         started = time.monotonic()
         query.stop()  # stops while it waits for its century
         assert time.monotonic() - started < 60
@@ -144,3 +160,14 @@ def test_a_bad_early_trigger_setting_fails_on_the_driver(spark, tmp_path):
     child.conf.set("spark.statestore.earlyTrigger.enabled", "maybe")
     with pytest.raises(ValueError, match="spark.statestore.earlyTrigger.enabled must be true or false, got 'maybe'"):
         Totals(str(tmp_path / "checkpoint"), spark=child)
+
+
+def test_a_session_with_early_triggers_off_gives_its_tasks_no_target(spark):
+    from spark_statestore.spark.driver.early_trigger import signal_target
+    from spark_statestore.spark.driver.settings import StateStoreSettings
+
+    child = spark.newSession()
+    child.conf.set("spark.statestore.earlyTrigger.enabled", "false")
+    assert signal_target(child, StateStoreSettings.from_spark(child)) is None
+    child.conf.set("spark.statestore.earlyTrigger.enabled", "true")
+    assert signal_target(child, StateStoreSettings.from_spark(child)) is not None

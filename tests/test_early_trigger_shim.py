@@ -1,6 +1,8 @@
-"""The early trigger: the governor's decisions (driven through an injected waker), and the
-JVM shim on real Spark queries (in a child session of the shared SparkSession, and in
-driver subprocesses of their own where a clean JVM is needed).
+"""The early trigger's driver part in the JVM (`jvm-shim/`): its settings, the wakeable clock
+on real Spark queries of a classic session that loads the packaged jar, and the plugin in
+drivers of their own (a clean JVM each: a classic driver with `spark.plugins`, one without a
+jar, a Spark Connect server with the plugin). The governor's decisions and the batch files:
+`test_early_trigger_governor.py`.
 
 The Spark queries use a processing-time interval of 100 years rather than an hour: Spark
 aligns processing-time triggers to multiples of the interval since the epoch, so an
@@ -11,7 +13,6 @@ would see a batch nobody woke. Waking works the same for any interval.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -20,168 +21,15 @@ import time
 from pathlib import Path
 
 import pytest
+from shim_queries import FileStream, batches, gate, shim_session, wait_until
 
-from spark_statestore.spark.driver.governor import BatchReport, EarlyTriggerGovernor
-from spark_statestore.spark.driver.jvm import QueryTrigger, ShimStatus
+from spark_statestore.spark.driver.jvm import ShimStatus
 from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED as ENABLED
 from spark_statestore.spark.driver.settings import SIGNAL_PORT, StateStoreSettings
-from spark_statestore.spark.signals import CrossingSignal
 
 pytestmark = pytest.mark.versioned
 
-INTERVAL = "36500 days"
-LIMIT = 64 << 20
 DRIVER_SCRIPT = Path(__file__).with_name("shim_driver.py")
-
-
-# -- the governor, with an injected waker ----------------------------------------------
-
-
-class RecordingShim:
-    """A waker that records wakes; queries are wakeable unless `triggers` says otherwise."""
-
-    def __init__(self, available: bool = True, reason: str = "", triggers: dict | None = None) -> None:
-        self.status = ShimStatus(available, reason, "classpath" if available else "")
-        self.triggers = triggers or {}
-        self.woken: list[str] = []
-
-    def wake(self, query_id: str) -> bool:
-        self.woken.append(query_id)
-        return True
-
-    def trigger(self, query_id: str) -> QueryTrigger | None:
-        return self.triggers.get(query_id, QueryTrigger(query_id, "run", "processingTime", 60_000, True, "", 0))
-
-
-def crossing(query: str = "q1", batch: int = 5, partition: int = 2, size: int = LIMIT + 1) -> CrossingSignal:
-    return CrossingSignal(query, batch, partition, attempt=0, uncommitted_bytes=size, limit=LIMIT)
-
-
-def test_crossing_in_flight_wakes_the_query_once_per_batch(caplog):
-    shim = RecordingShim()
-    governor = EarlyTriggerGovernor(True, shim)
-    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.driver.governor"):
-        assert governor.on_signal(crossing(partition=2)) is True
-        assert governor.on_signal(crossing(partition=3)) is False  # same batch: already decided
-        assert governor.on_batch_end(BatchReport("q1", 5, {2: LIMIT + 1, 3: LIMIT + 9}, LIMIT)) is False
-    assert shim.woken == ["q1"]
-    assert governor.batch_metrics("q1", 5) == {
-        "early_triggers": 1,
-        "early_trigger_reason": f"partition 2 had {LIMIT + 1} uncommitted bytes > limit {LIMIT} (in flight)",
-    }
-    logged = [r.getMessage() for r in caplog.records if "early trigger:" in r.getMessage()]
-    assert len(logged) == 1 and "query q1 batch 5" in logged[0] and f"> limit {LIMIT}" in logged[0]
-
-
-def test_crossing_at_the_end_of_a_batch_wakes_the_query():
-    shim = RecordingShim()
-    governor = EarlyTriggerGovernor(True, shim)
-    report = BatchReport("q1", 9, {0: 10, 1: LIMIT + 100, 2: LIMIT + 50}, LIMIT)
-    assert governor.on_batch_end(report) is True
-    assert shim.woken == ["q1"]
-    [trigger] = governor.early_triggers("q1")
-    assert (trigger.batch_id, trigger.source, trigger.partition, trigger.uncommitted_bytes) == (
-        9, "end_of_batch", 1, LIMIT + 100,
-    )
-    assert governor.batch_metrics("q1", 9)["early_trigger_reason"].endswith("(end of batch)")
-
-
-def test_a_run_of_crossing_batches_wakes_once_per_batch_then_the_interval_comes_back():
-    shim = RecordingShim()
-    governor = EarlyTriggerGovernor(True, shim)
-    for batch in range(3, 7):
-        governor.on_signal(crossing(batch=batch))
-        governor.on_batch_end(BatchReport("q1", batch, {0: LIMIT * 2}, LIMIT))
-    assert shim.woken == ["q1"] * 4
-    governor.on_batch_end(BatchReport("q1", 7, {0: LIMIT, 1: 5}, LIMIT))  # at the limit is not past it
-    assert shim.woken == ["q1"] * 4  # no wake: the query waits out its interval again
-    assert [t.batch_id for t in governor.early_triggers()] == [3, 4, 5, 6]
-    assert governor.batch_metrics("q1", 7) == {"early_triggers": 0, "early_trigger_reason": None}
-
-
-def test_under_the_limit_or_without_a_limit_nothing_is_woken():
-    shim = RecordingShim()
-    governor = EarlyTriggerGovernor(True, shim)
-    assert not governor.on_signal(crossing(size=LIMIT - 1))
-    assert not governor.on_batch_end(BatchReport("q1", 1, {0: 100, 1: LIMIT}, LIMIT))
-    assert not governor.on_batch_end(BatchReport("q1", 2, {}, LIMIT))
-    assert not governor.on_signal(CrossingSignal("q1", 3, 0, 0, 1 << 40, limit=-1))  # -1 = no limit
-    assert shim.woken == [] and governor.early_triggers() == []
-
-
-def test_only_the_crossing_query_is_woken():
-    shim = RecordingShim()
-    governor = EarlyTriggerGovernor(True, shim)
-    governor.on_signal(crossing(query="q2", batch=1))
-    governor.on_batch_end(BatchReport("q1", 1, {0: 1}, LIMIT))
-    governor.on_signal(crossing(query="q3", batch=1))
-    assert shim.woken == ["q2", "q3"]
-    assert [t.query_id for t in governor.early_triggers("q2")] == ["q2"]
-
-
-def test_concurrent_signals_of_one_batch_wake_once():
-    shim = RecordingShim()
-    governor = EarlyTriggerGovernor(True, shim)
-    start = threading.Barrier(8)
-
-    def signal(partition: int) -> None:
-        start.wait()
-        governor.on_signal(crossing(partition=partition))
-
-    threads = [threading.Thread(target=signal, args=(p,)) for p in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert shim.woken == ["q1"]
-
-
-def test_unavailable_shim_warns_once_and_wakes_nothing(caplog):
-    shim = RecordingShim(available=False, reason="the shim jar is not packaged")
-    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.driver.governor"):
-        governor = EarlyTriggerGovernor(True, shim)
-        for batch in range(3):
-            governor.on_signal(crossing(batch=batch))
-            governor.on_batch_end(BatchReport("q1", batch, {0: LIMIT * 3}, LIMIT))
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert "early triggers are off: the shim jar is not packaged" in warnings[0].getMessage()
-    assert shim.woken == [] and governor.early_triggers() == []
-
-
-def test_disabled_by_setting_wakes_nothing_and_does_not_warn(caplog):
-    shim = RecordingShim()
-    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.driver.governor"):
-        governor = EarlyTriggerGovernor(False, shim)
-        governor.on_signal(crossing())
-    assert shim.woken == []
-    assert [r.levelno for r in caplog.records] == [logging.INFO]
-    assert f"{ENABLED}=false" in caplog.records[0].getMessage()
-
-
-@pytest.mark.parametrize("kind", ["availableNow", "once"])
-def test_queries_that_never_wait_are_told_once_there_is_nothing_to_do(caplog, kind):
-    never_waits = QueryTrigger("q1", "run", kind, 0, False, f"a {kind} trigger never waits between batches", 0)
-    shim = RecordingShim(triggers={"q1": never_waits})
-    governor = EarlyTriggerGovernor(True, shim)
-    with caplog.at_level(logging.INFO, logger="spark_statestore.spark.driver.governor"):
-        for batch in range(3):
-            governor.on_signal(crossing(batch=batch))
-        governor.on_signal(crossing(query="q2"))  # another query is still woken
-    said = [r.getMessage() for r in caplog.records if "nothing to do" in r.getMessage()]
-    assert len(said) == 1 and f"query q1 ({kind} trigger)" in said[0]
-    assert shim.woken == ["q2"]
-
-
-def test_a_query_the_shim_did_not_see_start_is_warned_about_once(caplog):
-    shim = RecordingShim(triggers={"q1": None})
-    shim.trigger = lambda query_id: None  # the listener never saw the query start
-    governor = EarlyTriggerGovernor(True, shim)
-    with caplog.at_level(logging.WARNING, logger="spark_statestore.spark.driver.governor"):
-        governor.on_signal(crossing(batch=1))
-        governor.on_signal(crossing(batch=2))
-    assert len(caplog.records) == 1 and "started before the early-trigger listener" in caplog.records[0].getMessage()
-    assert shim.woken == []
 
 
 def test_settings_defaults_and_values():
@@ -230,7 +78,7 @@ def drivers(tmp_path_factory):
     while the other Spark tests do; each prints one JSON line."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     started = {}
-    for mode in ("classpath", "no-jar"):
+    for mode in ("plugin", "no-jar", "connect"):
         workdir = tmp_path_factory.mktemp(f"driver-{mode}")
         started[mode] = subprocess.Popen(
             [sys.executable, str(DRIVER_SCRIPT), mode, str(workdir)],
@@ -243,92 +91,20 @@ def drivers(tmp_path_factory):
             process.wait()
 
 
-def driver_result(drivers, mode: str) -> dict:
-    out, err = drivers[mode].communicate(timeout=240)
+def driver_result(drivers, mode: str) -> tuple[dict, str]:
+    """The driver's JSON line and its stderr (the driver log)."""
+    out, err = drivers[mode].communicate(timeout=900)
     assert drivers[mode].returncode == 0, f"driver {mode} failed:\n{err[-4000:]}"
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1]), err
 
 
 @pytest.fixture(scope="module")
 def session(spark, drivers):
-    """A child session of the shared SparkSession (its own streaming query manager, so the
-    listener touches no other test's queries) with the shim activated in it."""
-    from pyspark import cloudpickle
-
-    from spark_statestore.spark.driver.jvm import activate_shim
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    child = spark.newSession()
-    child.status = activate_shim(child)
+    """The shim's session (`shim_queries.shim_session`), made once the drivers run."""
+    child = shim_session(spark)
     yield child
     for query in child.streams.active:
         query.stop()
-
-
-class FileStream:
-    """A directory of text files read by a streaming query; `add` publishes one atomically."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.input = root / "input"
-        self.input.mkdir(parents=True)
-        self.checkpoint = str(root / "checkpoint")
-        self.files = 0
-
-    def add(self, *lines: str) -> None:
-        self.files += 1
-        staged = self.root / f"staged-{self.files}.txt"
-        staged.write_text("".join(f"{line}\n" for line in lines or ["row"]))
-        os.replace(staged, self.input / f"part-{self.files:04d}.txt")
-
-    def start(self, session, transform=None, **trigger):
-        frame = session.readStream.format("text").load(str(self.input))
-        if transform is not None:
-            frame = frame.mapInPandas(transform, "value string")
-        return (
-            frame.writeStream.format("noop").option("checkpointLocation", self.checkpoint)
-            .trigger(**(trigger or {"processingTime": INTERVAL})).start()
-        )
-
-
-def batches(query) -> list[int]:
-    """The ids of the batches that processed rows."""
-    return sorted({p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0})
-
-
-def wait_until(predicate, timeout: float = 60.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s: {what or predicate}")
-        time.sleep(0.05)
-
-
-def gate(control: Path, held_batches: set[int], signal_target=None):
-    """A mapInPandas function that holds the batches `held_batches` (writes
-    `running-<batch>`, then waits for `release-<batch>`), and, given a signal target,
-    sends a crossing signal from tasks whose rows contain `big`."""
-
-    def run(frames):
-        from pyspark import TaskContext
-
-        from spark_statestore.spark.signals import CrossingSignal, send
-
-        context = TaskContext.get()
-        batch = int(context.getLocalProperty("streaming.sql.batchId"))
-        frames = list(frames)
-        if signal_target is not None and any(frame["value"].eq("big").any() for frame in frames):
-            query_id = context.getLocalProperty("sql.streaming.queryId")
-            send(signal_target, CrossingSignal(query_id, batch, context.partitionId(), context.attemptNumber(),
-                                               2 * LIMIT, LIMIT))
-        if batch in held_batches:
-            (control / f"running-{batch}").touch()
-            deadline = time.monotonic() + 120
-            while not (control / f"release-{batch}").exists() and time.monotonic() < deadline:
-                time.sleep(0.02)
-        yield from frames
-
-    return run
 
 
 @pytest.mark.spark
@@ -473,64 +249,45 @@ def test_trigger_kinds_of_queries_that_never_wait(session, tmp_path):
     wait_until(lambda: query_trigger(session, query.id) is None, what="the ended run forgotten")
 
 
-@pytest.mark.spark
-def test_governor_wakes_a_query_on_a_signal_from_its_task(session, tmp_path):
-    from spark_statestore.spark.driver.jvm import SessionShim
-    from spark_statestore.spark.driver.signal_server import SignalServer
 
-    governor = EarlyTriggerGovernor(True, SessionShim(session))
-    stream = FileStream(tmp_path / "stream")
-    control = tmp_path / "control"
-    control.mkdir()
-    with SignalServer(governor.on_signal) as server:
-        stream.add("small")
-        query = stream.start(session, gate(control, {1}, server.target))
-        wait_until(lambda: batches(query) == [0], what="batch 0")
-        stream.add("big")
-        assert SessionShim(session).wake(query.id)
-        wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
-        wait_until(lambda: governor.early_triggers(query.id), what="the governor's early trigger")
-        stream.add("small")
-        (control / "release-1").touch()
-        wait_until(lambda: batches(query) == [0, 1, 2], what="batch 2 right after the crossing batch 1")
-        query.stop()
-    [trigger] = governor.early_triggers(query.id)
-    assert (trigger.batch_id, trigger.source, trigger.uncommitted_bytes, trigger.woken) == (1, "in_flight", 2 * LIMIT, True)
-    assert governor.batch_metrics(query.id, 1)["early_triggers"] == 1
-    assert governor.batch_metrics(query.id, 2)["early_triggers"] == 0
-    assert server.stats() == {"accepted": 1}
+# -- the plugin, in drivers of their own ------------------------------------------------
 
 
 @pytest.mark.spark
-def test_shim_from_spark_jars_is_used_from_the_classpath(drivers):
-    result = driver_result(drivers, "classpath")
-    assert result["status"] == {"available": True, "reason": "", "source": "classpath"}
-    assert result["woke"] is True and result["batches"] == [0, 1]
+def test_the_plugin_starts_the_driver_part_with_the_context(drivers):
+    """`spark.plugins` with the jar in `spark.jars`: the session has the receiver's address in
+    its conf and the clock-installing listener before anything of ours ran in Python; the
+    query is woken by a crossing; the driver log says why, once per query."""
+    result, log = driver_result(drivers, "plugin")
+    assert result["before"] == {"target": True, "listeners": ["io.sparkstatestore.shim.EarlyTriggerListener"]}
+    assert result["status"] == {"available": True, "reason": "", "source": "plugin"}
+    assert result["listeners"] == ["io.sparkstatestore.shim.EarlyTriggerListener"]  # not registered twice
+    assert result["target"] is True and result["batches"] == [0, 1]
+    assert result["decision"]["source"] == "in_flight" and result["decision"]["woken"] is True
+    assert result["files"] == ["0.json", "1.json"] and result["stats"] == {"accepted": 3}
     assert result["warnings"] == []
+    woken = [line for line in log.splitlines() if "spark_statestore early trigger: query" in line]
+    assert len(woken) == 1 and "batch 0: partition 0 had 100 uncommitted bytes > limit 10 (in flight)" in woken[0]
+    nothing = [line for line in log.splitlines() if "nothing to do for query" in line]
+    assert len(nothing) == 1 and "(availableNow trigger)" in nothing[0]  # two crossings, said once
 
 
 @pytest.mark.spark
 def test_without_a_jar_the_status_says_why_and_queries_run_normally(drivers):
-    result = driver_result(drivers, "no-jar")
+    result, _ = driver_result(drivers, "no-jar")
     assert result["status"]["available"] is False
     assert "shim jar is not on the driver's classpath and not packaged" in result["status"]["reason"]
-    assert result["woke"] is False
+    assert result["target"] is False and result["before"] == {"target": False, "listeners": []}
     assert result["batches"] == [0, 1]  # a short interval: batches run on their own schedule
     assert len(result["warnings"]) == 1 and "early triggers are off" in result["warnings"][0]
     assert result["status"]["reason"] in result["warnings"][0]
 
 
-def test_a_run_of_early_batches_goes_on_while_a_whole_interval_would_cross():
-    """After an early batch, a batch under the limit still keeps the next one early when its
-    input came so fast that a whole interval of it would cross; slower input ends the run."""
-    shim = RecordingShim()  # interval 60 s
-    governor = EarlyTriggerGovernor(True, shim)
-    assert governor.on_batch_end(BatchReport("q1", 1, {0: LIMIT + 1}, LIMIT, 60_000))  # crossing: early
-    # batch 2 started at once: 6 s of input, a tenth of the limit -> a whole minute would cross
-    assert governor.on_batch_end(BatchReport("q1", 2, {0: LIMIT // 5}, LIMIT, 6_000))
-    assert "over a whole trigger interval" in governor.batch_metrics("q1", 2)["early_trigger_reason"]
-    # the burst is over: a whole minute of this input stays under the limit
-    assert not governor.on_batch_end(BatchReport("q1", 3, {0: LIMIT // 50}, LIMIT, 6_000))
-    # and without a preceding early batch, a small batch never projects
-    assert not governor.on_batch_end(BatchReport("q1", 4, {0: LIMIT // 5}, LIMIT, 6_000))
-    assert shim.woken == ["q1", "q1"]
+@pytest.mark.spark
+def test_a_query_of_a_spark_connect_session_is_woken_by_its_driver(drivers):
+    """A Spark Connect server started with `--jars <jar> --conf spark.plugins=...`: its client
+    reads where tasks send signals with `spark.conf.get`, and a crossing starts the next batch
+    of the client's century-interval query at once; the batch files are written."""
+    result, _ = driver_result(drivers, "connect")
+    assert result["session"] == "pyspark.sql.connect.session" and result["target"] is True
+    assert result["files"] == ["0.json", "1.json"] and result["batch_1"]["batch_id"] == 1

@@ -179,19 +179,6 @@ def test_task_local_properties_name_the_batch_and_query(spark, tmp_path):
 
 
 @pytest.mark.spark
-def test_a_missing_trigger_clock_field_is_named(spark, monkeypatch):
-    """The shim is told the trigger clock field (TRIGGER_CLOCK) and reports when the JVM's
-    query execution class no longer has it: the early trigger is then unavailable, saying why."""
-    from spark_statestore.spark.driver.jvm import activate_shim
-
-    monkeypatch.setattr(compat, "FACTS", dataclasses.replace(compat.FACTS, trigger_clock_field="noSuchClock"))
-    status = activate_shim(spark.newSession())
-    assert not status.available
-    assert "TRIGGER_CLOCK" in status.reason and "StreamExecution.noSuchClock is not found" in status.reason
-    assert "NoSuchFieldException" in status.reason and f"supports {minors.supported_range()}" in status.reason
-
-
-@pytest.mark.spark
 def test_the_arrow_schema_of_a_ddl(spark, monkeypatch):
     schema = compat.arrow_schema("key string, n long")
     assert [(f.name, str(f.type)) for f in schema] == [("key", "string"), ("n", "int64")]

@@ -16,7 +16,7 @@ import pytest
 
 import spark_ttl_jobs as jobs
 from spark_batches import batches
-from spark_statestore.spark import metrics_for, partition_function, register_reader, with_stores
+from spark_statestore.spark import StateStoreMetrics, partition_function, register_reader, with_stores
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
 
@@ -82,7 +82,7 @@ def _check(spark, job, checkpoint, query):
     assert expiries >= 3  # the data makes event-time entries expire
     got = {(b, k): (s, r) for b, k, s, r in zip(output["batch_id"], output["key"], output["seen"], output["recent"])}
     assert got == expected
-    tasks = metrics_for(spark).tasks()
+    tasks = StateStoreMetrics(checkpoint).tasks()
     mine = tasks[tasks["query_id"] == str(query.id)]
     assert mine["rows_expired"].sum() > 0
     assert (mine.query(f"batch_id == {jobs.FAILING_BATCH}")["attempt"] > 0).all()

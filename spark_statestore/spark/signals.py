@@ -1,33 +1,34 @@
-"""In-flight signals: a task tells the driver that its uncommitted bytes crossed the limit.
+"""What tasks tell the driver's early-trigger governor: the datagram format and the tasks'
+sending side. The receiver and the governor run in the driver's JVM (`jvm-shim/`:
+`SignalReceiver`, `Governor`), so they work the same in classic and Spark Connect sessions.
 
-This module holds what both sides share (the datagram format and its check) and the
-tasks' sending side; the receiving `SignalServer` is in `spark.driver.signal_server`.
+Two kinds of message, each sent at most once per task attempt:
 
-A `SignalServer` runs on the driver (a thread with a UDP socket bound to the driver's
-address, ephemeral port); its `target` (host, port, secret) travels to the executors in
-the pickled operator config, and a task calls `send(target, CrossingSignal(...))` once when
-it crosses the limit. The server checks each datagram and hands accepted signals to its
-callback (the governor).
+* `CROSSING`: the task's uncommitted bytes passed the limit while it runs (the governor
+  may start the query's next batch as soon as this one ends);
+* `REPORT`: at the end of the task, when it prepares its batch, its peak uncommitted bytes
+  and the limit (the governor reads the reports of a batch when the batch ends).
+
+The driver publishes where to send them and the secret that proves them in its SparkConf
+(`spark.statestore.earlyTrigger.target` = host:port, `.signingKey` = the secret as hex: not
+named "secret", since Spark Connect hides the keys Spark redacts from its clients); the
+operator built on the driver carries them to the tasks as a `SignalTarget`.
 
 Why UDP datagrams rather than a TCP exchange: `send` must never hold up a task nor fail
 it. A UDP `sendto` on a non-blocking socket returns as soon as the kernel has the datagram
-(or refuses it): there is no connection to set up, so a dead server, a closed port or an
-unroutable driver address costs the task one system call, not a connect timeout, and it
-works across hosts with nothing shared but the network. A lost datagram is acceptable:
-the signal only makes the next batch start sooner, and the end-of-task metrics carry each
-task's true peak to the driver anyway, so the governor still sees the crossing when the
-batch ends.
+(or refuses it): there is no connection to set up, so a dead receiver, a closed port or an
+unroutable driver address costs the task one system call, not a connect timeout. A lost
+datagram costs at most an early trigger.
 
 Only messages proving the secret count: each datagram ends with an HMAC-SHA256 of its
-content keyed by the server's random 32-byte secret (new for every server, so messages
-of an earlier run or another query's server fail the check). A task attempt sends one
-signal per batch, so the server accepts each (query, batch, partition, attempt) once:
-a repeated datagram is a replay and is rejected, as is one for a batch far behind the
-newest batch seen for its query (its key may have been forgotten). Everything else that
-does not decode (garbage, truncation, another version) is counted and dropped.
+content keyed by the driver's random 32-byte secret (new for every SparkContext). The
+receiver accepts each (kind, query, batch, task attempt id) once: Spark's `taskAttemptId()`
+is unique per attempt in a SparkContext, where the attempt number starts at 0 again in every
+stage (so a batch re-run after a restart in the same session is not taken for a replay).
 
-Wire format (network byte order): magic `SSE1`, query id length (1 byte), query id
-(UTF-8), batch id (8), partition (4), attempt (4), uncommitted bytes (8), limit (8), tag (32).
+Wire format 2 (network byte order): magic `SSE2`, kind (1 byte), query id length (1), query
+id (UTF-8), batch id (8), partition (4), task attempt id (8), uncommitted bytes (8),
+limit (8), tag (32).
 """
 
 from __future__ import annotations
@@ -44,32 +45,25 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("spark_statestore.spark.signals")
 
-MAGIC = b"SSE1"
-TAG_BYTES = 32
+MAGIC = b"SSE2"
+CROSSING = 1
+REPORT = 2
 MAX_QUERY_ID_BYTES = 255
-REPLAY_WINDOW_BATCHES = 100  # batches behind the newest one of a query still accepted
-_LENGTH = struct.Struct("!B")
-_FIELDS = struct.Struct("!qiiqq")
-MAX_DATAGRAM = len(MAGIC) + _LENGTH.size + MAX_QUERY_ID_BYTES + _FIELDS.size + TAG_BYTES
-LOOPBACK = "127.0.0.1"
-
-
-class BadSignal(ValueError):
-    """A datagram that is not an authentic signal; `reason` is one of the server's counters."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
+TARGET_KEY = "spark.statestore.earlyTrigger.target"
+SECRET_KEY = "spark.statestore.earlyTrigger.signingKey"
+_HEAD = struct.Struct("!BB")
+_FIELDS = struct.Struct("!qiqqq")
 
 
 @dataclass(frozen=True)
-class CrossingSignal:
-    """A task's uncommitted bytes passed `spark.statestore.uncommitted.maxBytes` (`limit`)."""
+class Signal:
+    """One message of a task attempt (`kind`: `CROSSING` or `REPORT`)."""
 
+    kind: int
     query_id: str
     batch_id: int
     partition: int
-    attempt: int
+    task_attempt_id: int
     uncommitted_bytes: int
     limit: int
 
@@ -82,48 +76,44 @@ class SignalTarget:
     port: int
     secret: bytes = field(repr=False)
 
+    @classmethod
+    def parse(cls, target: str, secret_hex: str) -> "SignalTarget":
+        """The target the driver published (`host:port`, `[v6]:port`; the secret as hex);
+        ValueError naming the setting and the value when it is not one."""
+        host, _, port = str(target).rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{TARGET_KEY} must be host:port, got {target!r}")
+        try:
+            secret = bytes.fromhex(secret_hex)
+        except (TypeError, ValueError):
+            secret = b""
+        if len(secret) != 32:
+            raise ValueError(f"{SECRET_KEY} must be 64 hex digits, got {len(str(secret_hex))} characters")
+        return cls(host, int(port), secret)
 
-def encode(signal: CrossingSignal, secret: bytes) -> bytes:
+
+def encode(signal: Signal, secret: bytes) -> bytes:
     """The datagram of a signal, authenticated with `secret`."""
     query = signal.query_id.encode("utf-8")
     if len(query) > MAX_QUERY_ID_BYTES:
         raise ValueError(f"query_id must be at most {MAX_QUERY_ID_BYTES} bytes, got {signal.query_id!r}")
     body = (
         MAGIC
-        + _LENGTH.pack(len(query))
+        + _HEAD.pack(signal.kind, len(query))
         + query
-        + _FIELDS.pack(signal.batch_id, signal.partition, signal.attempt, signal.uncommitted_bytes, signal.limit)
+        + _FIELDS.pack(
+            signal.batch_id, signal.partition, signal.task_attempt_id, signal.uncommitted_bytes, signal.limit
+        )
     )
     return body + hmac.digest(secret, body, hashlib.sha256)
 
-
-def decode(datagram: bytes, secret: bytes) -> CrossingSignal:
-    """The signal in a datagram; `BadSignal` if it is malformed or not authentic."""
-    if len(datagram) < len(MAGIC) + _LENGTH.size + _FIELDS.size + TAG_BYTES:
-        raise BadSignal("malformed", f"{len(datagram)} bytes is too short")
-    if not datagram.startswith(MAGIC):
-        raise BadSignal("malformed", f"unknown magic {datagram[:4]!r}")
-    body, tag = datagram[:-TAG_BYTES], datagram[-TAG_BYTES:]
-    if not hmac.compare_digest(tag, hmac.digest(secret, body, hashlib.sha256)):
-        raise BadSignal("bad_tag", "the HMAC does not match this server's secret")
-    (length,) = _LENGTH.unpack_from(body, len(MAGIC))
-    start = len(MAGIC) + _LENGTH.size
-    if len(body) != start + length + _FIELDS.size:
-        raise BadSignal("malformed", f"query id length {length} does not fit {len(body)} bytes")
-    try:
-        query_id = body[start : start + length].decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadSignal("malformed", f"query id is not UTF-8: {e}") from None
-    return CrossingSignal(query_id, *_FIELDS.unpack_from(body, start + length))
-
-
-# -- executor side ---------------------------------------------------------------------
 
 _send_sockets: dict[tuple[int, int], socket.socket] = {}  # (pid, family) -> socket
 _send_lock = threading.Lock()
 
 
-def send(target: SignalTarget, signal: CrossingSignal) -> bool:
+def send(target: SignalTarget, signal: Signal) -> bool:
     """Send a signal without waiting: True if the datagram left, False if it could not
     (bad target, no route, full socket buffer). Never raises and never blocks: the target
     is a numeric address (the driver resolved its name), so there is no name lookup."""
@@ -148,16 +138,6 @@ def _numeric_address(host: str, port: int) -> tuple[int, tuple] | None:
     except (OSError, UnicodeError):
         return None
     family, _, _, _, sockaddr = infos[0]
-    return family, sockaddr
-
-
-def resolve(host: str, port: int = 0, name: str = "host") -> tuple[int, tuple]:
-    """(address family, socket address) of a host name, looked up on the driver so that
-    tasks never look names up; ValueError naming the parameter `name` if it does not resolve."""
-    try:
-        family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-    except (OSError, UnicodeError) as e:
-        raise ValueError(f"{name} {host!r} does not resolve: {e}") from None
     return family, sockaddr
 
 

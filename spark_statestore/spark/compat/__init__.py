@@ -33,13 +33,10 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
   `spark.executor.cores` is not set: the local scheduler backend's `totalCores()`, or the
   executors registered in the application's status store (`statusStore().executorList`).
 * `DRIVER_JVM`: `SparkSession._jsparkSession`, `._jvm` and `SparkContext._gateway`, `._jsc`:
-  the JVM session the early-trigger shim registers its listener with, the py4j view and
+  the JVM session the early-trigger shim registers its listener with (the JVM internals
+  the shim relies on, the trigger clock of a query's execution, it finds and checks itself:
+  `jvm-shim/src/.../QueryTriggers.java`), the py4j view and
   gateway it is loaded through, and whether the context is stopped.
-* `TRIGGER_CLOCK`: the JVM's streaming query execution keeps its trigger clock in a
-  private field (`StreamExecution.triggerClock`; the class moved to a `runtime` package
-  in 4.1: `PysparkMinor.stream_execution_class`), which the early-trigger shim
-  (`jvm-shim/`) replaces by a wakeable clock; the shim is told the field's name and
-  checks, when activated, that the class still has it.
 * `ARROW_SCHEMA`: `pyspark.sql.pandas.types.to_arrow_schema`, the Arrow schema of a Spark
   schema, for the Arrow batches per-partition processing emits.
 * `ACTIVE_SESSION`: `SparkSession.setActiveSession` in the JVM, to register the state
@@ -96,7 +93,6 @@ __all__ = [
     "minors_with",
     "py4j_gateway",
     "run_at_task_end",
-    "trigger_clock",
 ]
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -114,9 +110,3 @@ def internal_error(name: str, detail: str) -> PysparkInternalError:
 def event_time_watermark(handle: Any) -> int:
     """The batch's event-time watermark from a TWS processor handle (-1: none yet)."""
     return tasks.event_time_watermark(FACTS, handle)
-
-
-def trigger_clock() -> tuple[str, str]:
-    """The JVM class of a streaming query's execution and its trigger clock field
-    (`TRIGGER_CLOCK`), for the early-trigger shim."""
-    return FACTS.stream_execution_class, FACTS.trigger_clock_field

@@ -34,10 +34,6 @@ class PysparkMinor:
     # client's module
     tws_client_attribute: str
     tws_client_module: str
-    # the JVM's streaming query execution class and its trigger clock field (replaced by
-    # the early-trigger shim)
-    stream_execution_class: str
-    trigger_clock_field: str
     # Python streaming data sources: whether admission control exists
     # (`pyspark.sql.streaming.datasource`: ReadLimit, SupportsTriggerAvailableNow and
     # `latestOffset(start, limit)`); without it the runner calls `latestOffset()`
@@ -47,11 +43,8 @@ class PysparkMinor:
     offline_repartition: bool
 
 
-_RUNTIME_STREAM_EXECUTION = "org.apache.spark.sql.execution.streaming.runtime.StreamExecution"
-
-
-def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_execution_class: str,
-           stream_admission_control: bool, offline_repartition: bool) -> PysparkMinor:
+def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_admission_control: bool,
+           offline_repartition: bool) -> PysparkMinor:
     """A minor's facts; what no supported minor changed is the same for all."""
     return PysparkMinor(
         task_function=task_function,
@@ -60,32 +53,25 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_exe
         read_udfs_parameters=read_udfs_parameters,
         tws_client_attribute="_statefulProcessorApiClient",
         tws_client_module="pyspark.sql.streaming.stateful_processor_api_client",
-        stream_execution_class=stream_execution_class,
-        trigger_clock_field="triggerClock",
         stream_admission_control=stream_admission_control,
         offline_repartition=offline_repartition,
     )
 
 
 # Each checked against that minor's latest patch (4.0.5, 4.1.4, 4.2.1, 4.3.0): its
-# pyspark/worker.py, pyspark/sql/streaming/ and the StreamExecution class in its spark-sql jar.
+# pyspark/worker.py and pyspark/sql/streaming/ (the JVM shim checks its own internals: QueryTriggers.java).
 MINORS: dict[str, PysparkMinor] = {
-    "4.0": _minor(
-        "main", ("pickleSer", "infile", "eval_type"),
-        "org.apache.spark.sql.execution.streaming.StreamExecution", stream_admission_control=False,
-        offline_repartition=False,
-    ),
-    "4.1": _minor(
-        "main", ("pickleSer", "infile", "eval_type"), _RUNTIME_STREAM_EXECUTION, stream_admission_control=False,
-        offline_repartition=False,
-    ),
+    "4.0": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
+                  offline_repartition=False),
+    "4.1": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
+                  offline_repartition=False),
     "4.2": _minor(
-        "main", ("pickleSer", "infile", "eval_type", "runner_conf", "eval_conf"), _RUNTIME_STREAM_EXECUTION,
-        stream_admission_control=True, offline_repartition=True,
+        "main", ("pickleSer", "infile", "eval_type", "runner_conf", "eval_conf"), stream_admission_control=True,
+        offline_repartition=True,
     ),
     "4.3": _minor(
         "invoke_udf", ("pickleSer", "udf_info_list", "eval_type", "runner_conf", "eval_conf"),
-        _RUNTIME_STREAM_EXECUTION, stream_admission_control=True, offline_repartition=True,
+        stream_admission_control=True, offline_repartition=True,
     ),
 }
 

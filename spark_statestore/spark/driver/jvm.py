@@ -1,17 +1,18 @@
-"""The early trigger's JVM shim, from Python (driver side, py4j).
+"""The driver part of spark_statestore in the driver's JVM, from Python (classic sessions, py4j).
 
-The shim (`jvm-shim/`, packaged as `spark_statestore/jars/spark-statestore-shim.jar`) is a
-`StreamingQueryListener` that installs a wakeable clock as each query's trigger clock when
-the query starts, so `wake(spark, query_id)` can end the wait of a `processingTime` query
-between two micro-batches and its next batch starts at once.
+The shim (`jvm-shim/`, packaged as `spark_statestore/jars/spark-statestore-shim.jar`) holds the
+early trigger: the signal receiver, the governor, the listener that installs a wakeable clock
+as each query's trigger clock when it starts, and the per-batch files. With
+`spark.plugins=io.sparkstatestore.shim.StateStorePlugin` (and the jar on the driver's
+classpath) it starts with the SparkContext, for classic and Spark Connect sessions alike.
 
-`activate_shim(spark)` makes the listener active in a session: the classes come from the
-driver's classpath when the jar was given with `spark.jars` / `--jars` /
-`spark.driver.extraClassPath` (`shim_jar()` says where it is), otherwise the packaged jar
-is loaded into the running driver by a child class loader of Spark's. It never raises for
-a shim that cannot be used; the returned `ShimStatus` says why (no jar, the class does
-not load, a Spark Connect session without a JVM, ...). Only queries started after
+`activate_shim(spark)` gives a classic session the same without the plugin: it starts the
+driver part unless it runs already (from the classpath when the jar was given with
+`spark.jars` / `--jars`; otherwise the packaged jar is loaded into the running driver by a
+child class loader of Spark's) and registers its listener with the session. It never raises
+for a shim that cannot be used; the returned `ShimStatus` says why. Only queries started after
 activation are wakeable: the clock has to be in place before the query's first wait.
+`wake`, `query_trigger`, `decision` and `signal_stats` ask the driver part (tests, tools).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class ShimStatus:
 
     available: bool
     reason: str = ""
-    source: str = ""  # "classpath" or "loaded" (the packaged jar, into the running driver)
+    source: str = ""  # "plugin" (spark.plugins), "classpath" or "loaded" (the packaged jar, into the running driver)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class QueryTrigger:
     `kind` is `processingTime`, `once`, `availableNow`, `continuous`, `realTime` or
     `unknown`; `wakeable` is true when a wakeable clock is installed (a processing-time
     interval above 0), else `reason` says why not. `early_wakes` counts the waits between
-    batches that a wake cut short."""
+    batches that a wake cut short; `wake_pending`: a wake waits for the next wait."""
 
     query_id: str
     run_id: str
@@ -58,6 +59,7 @@ class QueryTrigger:
     wakeable: bool
     reason: str
     early_wakes: int
+    wake_pending: bool
 
 
 def shim_jar() -> str | None:
@@ -140,25 +142,27 @@ def _facade(spark: Any, load: bool) -> tuple[Any, str]:
 
 
 def activate_shim(spark: Any) -> ShimStatus:
-    """Make the clock-installing listener active in a SparkSession's driver (once per
-    session; later calls only report). Never raises: the status says why it is unavailable."""
-    execution_class, clock_field = compat.trigger_clock()
+    """Start the driver part of a classic SparkSession's driver unless it runs (the plugin's)
+    and register its listener with the session (once; later calls only report). Never
+    raises: the status says why it is unavailable."""
     try:
         facade, source = _facade(spark, load=True)
-        missing = facade.missingField(execution_class, clock_field)
-        if missing is not None:
-            raise compat.internal_error("TRIGGER_CLOCK", f"{execution_class}.{clock_field} is not found: {missing}")
-        registered = facade.register(compat.jvm_session(spark), clock_field)
+        started_by = facade.activate(_jvm_session(spark))
     except _Unavailable as e:
         return ShimStatus(False, str(e))
-    except compat.PysparkInternalError as e:
-        log.warning("spark_statestore early trigger unavailable: %s", e)
-        return ShimStatus(False, str(e))
     except Exception as e:  # noqa: BLE001 - py4j and JVM failures become a status
-        return ShimStatus(False, f"cannot register the early-trigger listener: {_java_message(e)}")
-    if registered:
-        log.info("spark_statestore early trigger: listener active (shim classes from %s)", source)
-    return ShimStatus(True, "", source)
+        return ShimStatus(False, f"cannot start the driver part of spark_statestore: {_java_message(e)}")
+    return ShimStatus(True, "", "plugin" if started_by == "plugin" else source)
+
+
+def _ask(spark: Any, what: str, call: Any) -> Any:
+    """`call(facade)`, None when the shim is not active or the call fails (asking is best effort)."""
+    try:
+        facade, _ = _facade(spark, load=False)
+        return call(facade)
+    except Exception as e:  # noqa: BLE001
+        log.debug("%s unknown: %s", what, e)
+        return None
 
 
 def wake(spark: Any, query_id: str) -> bool:
@@ -166,47 +170,41 @@ def wake(spark: Any, query_id: str) -> bool:
     batches, or its next wait if a batch is running. False if the query has no wakeable
     clock (shim not active, query not running or started before activation, a trigger
     that never waits)."""
-    try:
-        facade, _ = _facade(spark, load=False)
-        return bool(facade.wake(str(query_id)))
-    except Exception as e:  # noqa: BLE001 - waking is best effort
-        log.debug("wake of query %s failed: %s", query_id, e)
-        return False
+    return bool(_ask(spark, f"wake of query {query_id}", lambda facade: facade.wake(str(query_id))))
 
 
 def query_trigger(spark: Any, query_id: str) -> QueryTrigger | None:
     """The query's trigger as the shim saw it start; None when the shim did not see the
     running query start (or is not active)."""
-    try:
-        facade, _ = _facade(spark, load=False)
-        found = facade.query(str(query_id))
-        if found is None:
-            return None
-        clock = found.clock()
-        return QueryTrigger(
-            query_id=str(query_id),
-            run_id=found.runId(),
-            kind=found.kind(),
-            interval_ms=int(found.intervalMs()),
-            wakeable=bool(found.wakeable()),
-            reason=found.reason(),
-            early_wakes=int(clock.earlyReturns()) if clock is not None else 0,
-        )
-    except Exception as e:  # noqa: BLE001 - asking is best effort
-        log.debug("trigger of query %s unknown: %s", query_id, e)
+    found = _ask(spark, f"trigger of query {query_id}", lambda facade: facade.query(str(query_id)))
+    if found is None:
         return None
+    clock = found.clock()
+    return QueryTrigger(
+        query_id=str(query_id),
+        run_id=found.runId(),
+        kind=found.kind(),
+        interval_ms=int(found.intervalMs()),
+        wakeable=bool(found.wakeable()),
+        reason=found.reason(),
+        early_wakes=int(clock.earlyReturns()) if clock is not None else 0,
+        wake_pending=bool(clock.isWakePending()) if clock is not None else False,
+    )
 
 
-class SessionShim:
-    """The shim of one SparkSession, activated on construction: what the governor wakes
-    queries through (`status`, `wake(query_id)`, `trigger(query_id)`)."""
+def decision(spark: Any, query_id: str, batch_id: int) -> dict | None:
+    """The governor's early trigger of a batch as in its batch file's `early_trigger`, None
+    when there is none (or the shim is not active)."""
+    found = _ask(spark, "decision", lambda facade: facade.decision(str(query_id), int(batch_id)))
+    if found is None:
+        return None
+    return {
+        "source": found.source(), "partition": int(found.partition()), "uncommitted_bytes": int(found.uncommittedBytes()),
+        "limit": int(found.limit()), "woken": bool(found.woken()), "reason": found.reason(),
+    }
 
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
-        self.status = activate_shim(spark)
 
-    def wake(self, query_id: str) -> bool:
-        return wake(self.spark, query_id)
-
-    def trigger(self, query_id: str) -> QueryTrigger | None:
-        return query_trigger(self.spark, query_id)
+def signal_stats(spark: Any) -> dict[str, int]:
+    """The signal receiver's datagrams by outcome (accepted, malformed, bad_tag, replayed, stale)."""
+    found = _ask(spark, "signal stats", lambda facade: facade.signalStats())
+    return {str(k): int(v) for k, v in (found or {}).items()}

@@ -1,9 +1,8 @@
 """What the driver keeps for each SparkSession that runs stateful operators.
 
 * the log of the committed batches' metrics (`BatchLog`);
-* the early trigger: the JVM shim activated in the driver (`SessionShim`), the governor
-  that decides which query's next batch starts early, and the signal server that tasks
-  send in-flight crossings to (its address and secret travel in the operator config).
+* the early trigger: where tasks send their signals (`early_trigger.signal_target`; the
+  governor runs in the driver's JVM), which travels in the operator config.
 
 `session_services(spark)` makes them once per session, on the driver, when the first
 operator is built; a session that stopped is forgotten (and its server closed).
@@ -16,27 +15,12 @@ import logging
 import threading
 from typing import Any
 
-from spark_statestore.spark.driver.governor import EarlyTriggerGovernor
-from spark_statestore.spark.driver.jvm import QueryTrigger, SessionShim, ShimStatus
+from spark_statestore.spark.driver.early_trigger import signal_target
 from spark_statestore.spark.driver.metrics import BatchLog
-from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED, StateStoreSettings
-from spark_statestore.spark.driver.signal_server import SignalServer, driver_addresses
+from spark_statestore.spark.driver.settings import StateStoreSettings
 from spark_statestore.spark.reader import register_reader
-from spark_statestore.spark.signals import SignalTarget
 
 log = logging.getLogger("spark_statestore.spark")
-
-
-class _NoShim:
-    """The shim of a session whose early triggers are switched off (nothing is loaded)."""
-
-    status = ShimStatus(False, f"{EARLY_TRIGGER_ENABLED}=false")
-
-    def wake(self, query_id: str) -> bool:
-        return False
-
-    def trigger(self, query_id: str) -> QueryTrigger | None:
-        return None
 
 
 class SessionServices:
@@ -44,29 +28,17 @@ class SessionServices:
 
     def __init__(self, spark: Any, settings: StateStoreSettings) -> None:
         self.spark = spark
-        shim = SessionShim(spark) if settings.early_trigger_enabled else _NoShim()
-        self.governor = EarlyTriggerGovernor(settings.early_trigger_enabled, shim)
-        self.signals: SignalServer | None = None
-        if self.governor.active:
-            conf = spark.sparkContext.getConf()
-            bind, advertised = driver_addresses(lambda key: conf.get(key, None))
-            self.signals = SignalServer(self.governor.on_signal, bind, advertised, settings.signal_port)
+        self.signal_target = signal_target(spark, settings)  # where tasks send early-trigger signals
         self.batch_log = BatchLog(spark)
         register_reader(spark)  # the state of the operators built here can be read back
-    @property
-    def signal_target(self) -> SignalTarget | None:
-        """Where tasks send in-flight crossings (None: early triggers are off)."""
-        return None if self.signals is None else self.signals.target
 
     @property
     def stopped(self) -> bool:
         return self.batch_log.stopped
 
     def stop(self) -> None:
-        """Stop listening and receiving."""
+        """Stop listening."""
         self.batch_log.stop()
-        if self.signals is not None:
-            self.signals.close()
 
 
 _lock = threading.Lock()

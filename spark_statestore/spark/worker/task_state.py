@@ -23,7 +23,7 @@ from spark_statestore.spark.driver.operator import OperatorConfig
 from spark_statestore.spark.worker.batch_times import batch_times
 from spark_statestore.spark.worker.commit_log import check_previous_batch_committed
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
-from spark_statestore.spark.signals import CrossingSignal, SignalTarget, send
+from spark_statestore.spark.signals import CROSSING, REPORT, Signal, send
 from spark_statestore.spark.task_metrics import TaskMetrics
 from spark_statestore.spark.worker.task import TaskInfo
 from spark_statestore.stores.migration import migrate_if_due
@@ -86,9 +86,9 @@ class TaskState:
         self.partition = partition
         runtime.opened(self)
         self._advance_ttl_clocks(partition)
-        target, limit = self.config.signal_target, settings.uncommitted_max_bytes
-        if target is not None and limit >= 0:
-            partition.watch_uncommitted(limit, lambda total: self._signal_crossing(target, total, limit))
+        limit = settings.uncommitted_max_bytes
+        if self.config.signal_target is not None and limit >= 0:
+            partition.watch_uncommitted(limit, lambda total: self._signal(CROSSING, total))
         try:
             for d in self.config.declarations:  # a value schema migration, in its first batch
                 migrate_if_due(partition.store(d.name), d.value_serde, partition.version, self.task.batch_id)
@@ -108,11 +108,16 @@ class TaskState:
                 self.abort()
                 raise
 
-    def _signal_crossing(self, target: SignalTarget, total: int, limit: int) -> None:
-        """Tell the driver, during the batch, that this task passed the uncommitted limit
-        (fire and forget: a lost or refused datagram costs nothing but an early trigger)."""
+    def _signal(self, kind: int, uncommitted_bytes: int) -> None:
+        """Tell the driver's governor that this task passed the uncommitted limit (`CROSSING`,
+        during the batch) or its peak (`REPORT`, when it prepared the batch); fire and forget:
+        a lost or refused datagram costs nothing but an early trigger."""
+        target, limit = self.config.signal_target, self.config.settings.uncommitted_max_bytes
+        if target is None or limit < 0:
+            return
         task = self.task
-        send(target, CrossingSignal(task.query_id or "", task.batch_id, task.partition, task.attempt, total, limit))
+        send(target, Signal(kind, task.query_id or "", task.batch_id, task.partition, task.task_attempt_id,
+                            uncommitted_bytes, limit))
 
     def _open_partition(self) -> PartitionState:
         if self.partition is None:
@@ -167,6 +172,7 @@ class TaskState:
             self.abort()
             raise
         self._release()
+        self._signal(REPORT, metrics.uncommitted_bytes_peak)
         return record
 
     def _keep(self, partition: PartitionState, record: dict) -> None:

@@ -1,12 +1,15 @@
 package io.sparkstatestore.shim;
 
+import java.io.IOException;
+import java.util.Map;
+
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.streaming.StreamingQueryListener;
 import org.apache.spark.sql.streaming.StreamingQueryManager;
 
 /**
- * The entry point the Python side calls through py4j: activate the listener in a session,
- * wake a query, ask about a query's trigger.
+ * The entry point the Python side of a classic session calls through py4j: start the driver
+ * part in a session that runs without the plugin, and ask about queries (for tests and tools).
  *
  * <p>Instance methods with a public no-argument constructor, so the class works the same
  * whether it is on the driver's classpath or was loaded into a running driver by a child
@@ -16,35 +19,29 @@ import org.apache.spark.sql.streaming.StreamingQueryManager;
 public final class EarlyTrigger {
 
     /**
-     * Null if {@code className} (as Spark's class loader finds it) or one of its
-     * superclasses declares the field {@code fieldName}, else why not: the Python side
-     * checks the trigger clock field this way before it registers the listener.
+     * Starts the driver part of the session's context unless it runs already (the plugin's,
+     * or an earlier activation), registers the clock-installing listener with the session's
+     * query manager unless it has it, and sets where tasks send signals in the session's conf
+     * (a session made before the driver part started did not copy them from the context's).
+     * Returns who started the driver part: {@code plugin} or {@code python}.
      */
-    public String missingField(String className, String fieldName) {
-        try {
-            QueryTriggers.findField(Class.forName(className, false, SparkSession.class.getClassLoader()), fieldName);
-            return null;
-        } catch (ClassNotFoundException | NoSuchFieldException | LinkageError e) {
-            return e.toString();
-        }
-    }
-
-    /**
-     * Registers the clock-installing listener with a session's streaming query manager,
-     * once per session; {@code clockField} names the query execution's trigger clock
-     * field. Returns true if it registered it now, false if it already was.
-     */
-    public boolean register(SparkSession session, String clockField) {
+    public String activate(SparkSession session) throws IOException {
+        StateStoreDriver driver = StateStoreDriver.start(session.sparkContext(), "python");
         StreamingQueryManager streams = session.streams();
         synchronized (EarlyTrigger.class) {
+            boolean registered = false;
             for (StreamingQueryListener listener : streams.listListeners()) {
-                if (listener.getClass().getName().equals(EarlyTriggerListener.class.getName())) {
-                    return false;
-                }
+                registered |= listener.getClass().getName().equals(EarlyTriggerListener.class.getName());
             }
-            streams.addListener(new EarlyTriggerListener(streams, clockField));
-            return true;
+            if (!registered) {
+                streams.addListener(new EarlyTriggerListener());
+            }
         }
+        if (driver.target() != null) {
+            session.conf().set(StateStoreDriver.TARGET, driver.target());
+            session.conf().set(StateStoreDriver.SECRET, driver.secretHex());
+        }
+        return driver.startedBy();
     }
 
     /**
@@ -64,6 +61,21 @@ public final class EarlyTrigger {
     /** The current run of a query as the listener saw it start, or null if it did not. */
     public QueryTrigger query(String queryId) {
         return QueryTriggers.get(queryId);
+    }
+
+    /** The early-trigger decision of a batch, or null (none, or the driver part is not running). */
+    public Decision decision(String queryId, long batchId) {
+        StateStoreDriver driver = StateStoreDriver.current();
+        return driver == null ? null : driver.decision(queryId, batchId).orElse(null);
+    }
+
+    /** The signal receiver's counters by outcome (empty when it does not run). */
+    public Map<String, Long> signalStats() {
+        StateStoreDriver driver = StateStoreDriver.current();
+        if (driver == null) {
+            return Map.of();
+        }
+        return driver.signalStats();
     }
 
     /** A clock of the kind installed into queries (for checking its behaviour directly). */

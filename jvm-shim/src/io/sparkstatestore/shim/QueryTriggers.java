@@ -2,22 +2,29 @@ package io.sparkstatestore.shim;
 
 import java.lang.reflect.Field;
 import java.lang.reflect.InvocationTargetException;
+import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
-
-import org.apache.spark.sql.streaming.StreamingQuery;
 
 /**
  * The registry of running queries by query id, and the installation of a
  * {@link WakeableClock} as a query's trigger clock.
  *
- * <p>Spark's {@code StreamExecution} keeps its trigger clock in a private final field
- * ({@code triggerClock}: the Python side passes the name, from its table of pyspark
- * internals); {@code MicroBatchExecution} hands it to the {@code ProcessingTimeExecutor} it
- * creates when the query's thread starts running batches, after the listeners'
- * {@code onQueryStarted}. Replacing the field there is therefore early enough, and only
- * then: a query already waiting on Spark's own clock cannot be woken.
+ * <p>Spark's {@code StreamExecution} ({@code org.apache.spark.sql.execution.streaming} in 4.0,
+ * its {@code runtime} subpackage from 4.1) keeps its trigger clock in a private final field
+ * {@code triggerClock}; {@code MicroBatchExecution} hands it to the {@code ProcessingTimeExecutor}
+ * it creates when the query's thread starts running batches, after the listeners'
+ * {@code onQueryStarted}. Replacing the field there is therefore early enough, and only then:
+ * a query already waiting on Spark's own clock cannot be woken.
+ *
+ * <p>{@code onQueryStarted} runs on the query's own thread, an inner class of the
+ * {@code StreamExecution} it runs (its {@code $outer}): that is how the listener finds the
+ * query's execution in any session, also one it was not given (Spark Connect's).
  */
 final class QueryTriggers {
+    static final String CLOCK_FIELD = "triggerClock";
+    static final List<String> EXECUTION_CLASSES = List.of(
+            "org.apache.spark.sql.execution.streaming.runtime.StreamExecution", // 4.1+
+            "org.apache.spark.sql.execution.streaming.StreamExecution"); // 4.0
     private static final ConcurrentHashMap<String, QueryTrigger> BY_QUERY = new ConcurrentHashMap<>();
 
     private QueryTriggers() {}
@@ -37,15 +44,48 @@ final class QueryTriggers {
     }
 
     /**
-     * Installs a wakeable clock into a just-started query if its trigger waits between
-     * batches (a processing-time interval above 0) and describes the query either way.
+     * The running Spark's query execution class and its trigger clock field, or why neither
+     * is found ({@code NoSuchFieldException} naming what was looked for).
      */
-    static QueryTrigger install(StreamingQuery query, String runId, String clockField) {
-        Object execution;
+    static Field clockField() throws NoSuchFieldException {
+        ClassLoader loader = org.apache.spark.SparkContext.class.getClassLoader();
+        for (String name : EXECUTION_CLASSES) {
+            try {
+                return findField(Class.forName(name, false, loader), CLOCK_FIELD);
+            } catch (ClassNotFoundException | LinkageError e) {
+                // another Spark minor's class name
+            }
+        }
+        throw new NoSuchFieldException(CLOCK_FIELD + " of " + String.join(" or ", EXECUTION_CLASSES)
+                + " (not found in this Spark)");
+    }
+
+    /** The query execution running on the current thread (a query's own thread), or null. */
+    static Object currentExecution(String queryId) {
+        Thread thread = Thread.currentThread();
+        for (Class<?> c = thread.getClass(); c != null && c != Thread.class; c = c.getSuperclass()) {
+            try {
+                Field outer = c.getDeclaredField("$outer");
+                outer.setAccessible(true);
+                Object execution = outer.get(thread);
+                if (execution != null && queryId.equals(String.valueOf(call(execution, "id")))) {
+                    return execution;
+                }
+            } catch (ReflectiveOperationException | RuntimeException e) {
+                // not a query's thread
+            }
+        }
+        return null;
+    }
+
+    /**
+     * Installs a wakeable clock into a just-started query execution if its trigger waits
+     * between batches (a processing-time interval above 0), and describes the query either way.
+     */
+    static QueryTrigger install(Object execution, String runId) {
         Object trigger;
         try {
-            execution = unwrap(query);
-            trigger = execution.getClass().getMethod("trigger").invoke(execution);
+            trigger = call(execution, "trigger");
         } catch (ReflectiveOperationException | RuntimeException e) {
             return new QueryTrigger(runId, "unknown", 0, null, "cannot read the query's trigger: " + cause(e));
         }
@@ -53,7 +93,7 @@ final class QueryTriggers {
         long intervalMs = 0;
         if (kind.equals("processingTime")) {
             try {
-                intervalMs = (Long) trigger.getClass().getMethod("intervalMs").invoke(trigger);
+                intervalMs = (Long) call(trigger, "intervalMs");
             } catch (ReflectiveOperationException | RuntimeException e) {
                 return new QueryTrigger(runId, kind, 0, null, "cannot read the trigger interval: " + cause(e));
             }
@@ -64,7 +104,10 @@ final class QueryTriggers {
         }
         WakeableClock clock = new WakeableClock();
         try {
-            Field field = findField(execution.getClass(), clockField);
+            Field field = clockField();
+            if (!field.getDeclaringClass().isInstance(execution)) {
+                throw new NoSuchFieldException(execution.getClass().getName() + " is not a " + field.getDeclaringClass().getName());
+            }
             field.setAccessible(true);
             field.set(execution, clock);
         } catch (ReflectiveOperationException | RuntimeException e) {
@@ -73,13 +116,8 @@ final class QueryTriggers {
         return new QueryTrigger(runId, kind, intervalMs, clock, "");
     }
 
-    /** The {@code StreamExecution} behind the public query object. */
-    private static Object unwrap(StreamingQuery query) throws ReflectiveOperationException {
-        try {
-            return query.getClass().getMethod("streamingQuery").invoke(query);
-        } catch (NoSuchMethodException notWrapped) {
-            return query;
-        }
+    static Object call(Object target, String method) throws ReflectiveOperationException {
+        return target.getClass().getMethod(method).invoke(target);
     }
 
     private static String kindOf(Object trigger) {
@@ -104,7 +142,7 @@ final class QueryTriggers {
         throw new NoSuchFieldException(name + " in " + type.getName() + " or its superclasses");
     }
 
-    private static String cause(Throwable e) {
+    static String cause(Throwable e) {
         Throwable root = e instanceof InvocationTargetException && e.getCause() != null ? e.getCause() : e;
         return root.getClass().getName() + ": " + root.getMessage();
     }

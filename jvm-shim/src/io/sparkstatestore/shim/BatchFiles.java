@@ -1,0 +1,91 @@
+package io.sparkstatestore.shim;
+
+import java.io.IOException;
+import java.io.OutputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.Optional;
+import java.util.UUID;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.ChecksumFileSystem;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+
+/**
+ * One small JSON file per micro-batch of a query whose checkpoint holds spark_statestore state,
+ * {@code <checkpoint>/statestore/_batches/<batch id>.json}, so the Python side sees what the
+ * driver saw in any kind of session (it reads the files, it cannot ask this JVM over Spark
+ * Connect): the batch's start, the rows Spark dropped as late, and the early-trigger decision.
+ *
+ * <p>Written through Hadoop's FileSystem (the checkpoint's own: local, HDFS, S3A, ...) as a
+ * temporary file renamed into place, so a reader never sees half a file; files more than
+ * {@code retain} batches old are deleted as new ones come.
+ *
+ * @param root    the query's resolved checkpoint root
+ * @param hadoop  the Hadoop configuration of the query's session
+ * @param retain  batches kept ({@code spark.statestore.minBatchesToRetain})
+ */
+record BatchFiles(String root, Configuration hadoop, int retain) {
+    static final String DIRECTORY = "statestore/_batches";
+
+    /** Whether the checkpoint holds spark_statestore state (only then files are written). */
+    boolean wanted() throws IOException {
+        Path state = new Path(root, "statestore");
+        return state.getFileSystem(hadoop).exists(state);
+    }
+
+    /** Writes (or replaces: a re-run batch) the file of one batch. */
+    void write(String queryId, String runId, long batchId, long timestampMs, long rowsDroppedByWatermark,
+               Optional<Decision> decision) throws IOException {
+        Path directory = new Path(root, DIRECTORY);
+        FileSystem fs = directory.getFileSystem(hadoop);
+        if (fs instanceof ChecksumFileSystem checksummed) {
+            fs = checksummed.getRawFileSystem(); // no .crc files beside the JSON
+        }
+        Path target = new Path(directory, batchId + ".json");
+        Path temp = new Path(directory, "." + batchId + ".json." + UUID.randomUUID() + ".tmp");
+        byte[] content = json(queryId, runId, batchId, timestampMs, rowsDroppedByWatermark, decision)
+                .getBytes(StandardCharsets.UTF_8);
+        try (OutputStream out = fs.create(temp, false)) {
+            out.write(content);
+        }
+        if (!fs.rename(temp, target)) { // HDFS does not rename over a file
+            fs.delete(target, false);
+            if (!fs.rename(temp, target)) {
+                fs.delete(temp, false);
+                throw new IOException("cannot rename " + temp + " to " + target);
+            }
+        }
+        if (batchId >= retain) {
+            fs.delete(new Path(directory, (batchId - retain) + ".json"), false);
+        }
+    }
+
+    static String json(String queryId, String runId, long batchId, long timestampMs, long rowsDroppedByWatermark,
+                       Optional<Decision> decision) {
+        String early = decision.map(d -> "{\"source\": " + quote(d.source()) + ", \"partition\": " + d.partition()
+                + ", \"uncommitted_bytes\": " + d.uncommittedBytes() + ", \"limit\": " + d.limit()
+                + ", \"woken\": " + d.woken() + ", \"reason\": " + quote(d.reason()) + "}").orElse("null");
+        return "{\"query_id\": " + quote(queryId) + ", \"run_id\": " + quote(runId) + ", \"batch_id\": " + batchId
+                + ", \"timestamp_ms\": " + timestampMs + ", \"rows_dropped_by_watermark\": " + rowsDroppedByWatermark
+                + ", \"early_trigger\": " + early + "}";
+    }
+
+    private static String quote(String text) {
+        StringBuilder out = new StringBuilder("\"");
+        for (char c : text.toCharArray()) {
+            switch (c) {
+                case '"' -> out.append("\\\"");
+                case '\\' -> out.append("\\\\");
+                default -> {
+                    if (c < 0x20) {
+                        out.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        out.append(c);
+                    }
+                }
+            }
+        }
+        return out.append('"').toString();
+    }
+}

@@ -1,0 +1,241 @@
+package io.sparkstatestore.shim;
+
+import java.io.IOException;
+import java.time.Instant;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
+
+import org.apache.hadoop.conf.Configuration;
+import org.apache.spark.SparkConf;
+import org.apache.spark.SparkContext;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.streaming.StateOperatorProgress;
+import org.apache.spark.sql.streaming.StreamingQueryProgress;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * spark_statestore's part of a Spark driver, one per SparkContext: the signal receiver, the
+ * governor and the per-batch files. Started by {@link StateStorePlugin} when the context
+ * starts ({@code spark.plugins}), or by the Python side of a classic session that runs without
+ * the plugin ({@link EarlyTrigger#activate}): the same code either way.
+ *
+ * <p>At start it binds the receiver ({@code spark.driver.bindAddress}, else
+ * {@code spark.driver.host}, else loopback; port {@code spark.statestore.earlyTrigger.signalPort},
+ * 0 = any) with a random 32-byte secret and publishes where tasks send signals in the driver's
+ * SparkConf ({@code spark.statestore.earlyTrigger.target} = host:port and {@code .signingKey} =
+ * the secret as hex), so every session made afterwards, classic or Spark Connect, reads them with
+ * {@code spark.conf.get}. (Not named "secret": Spark Connect answers no client's question about
+ * a key Spark redacts. The key authenticates early-trigger datagrams only.)
+ * {@code spark.statestore.earlyTrigger.enabled=false} starts no receiver and decides nothing.
+ */
+public final class StateStoreDriver {
+    static final String ENABLED = "spark.statestore.earlyTrigger.enabled";
+    static final String PORT = "spark.statestore.earlyTrigger.signalPort";
+    static final String TARGET = "spark.statestore.earlyTrigger.target";
+    static final String SECRET = "spark.statestore.earlyTrigger.signingKey";
+    static final String RETAIN = "spark.statestore.minBatchesToRetain";
+    static final String LISTENERS = "spark.sql.streaming.streamingQueryListeners";
+    private static final Logger LOG = LoggerFactory.getLogger(StateStoreDriver.class);
+    private static StateStoreDriver current;
+
+    /** What the driver keeps of a query's current run. */
+    private static final class Run {
+        final String runId;
+        final BatchFiles files;
+        boolean wanted;
+        long lastBatch = -2;
+        long lastStartMs;
+
+        Run(String runId, BatchFiles files) {
+            this.runId = runId;
+            this.files = files;
+        }
+    }
+
+    private final SparkContext context;
+    private final Governor governor;
+    private final SignalReceiver receiver;
+    private final String startedBy;
+    private final Map<String, Run> runs = new ConcurrentHashMap<>();
+
+    private StateStoreDriver(SparkContext context, String startedBy) throws IOException {
+        this.context = context;
+        this.startedBy = startedBy;
+        SparkConf conf = context.conf();
+        if (enabled(conf)) {
+            String host = conf.get("spark.driver.host", null);
+            String bind = conf.get("spark.driver.bindAddress", host == null ? "127.0.0.1" : host);
+            governor = new Governor();
+            receiver = new SignalReceiver(bind, host == null ? bind : host, port(conf), governor::accept);
+            conf.set(TARGET, receiver.target());
+            conf.set(SECRET, receiver.secretHex());
+            LOG.info("spark_statestore early trigger: receiving task signals on {} (bound to {})", receiver.target(), bind);
+        } else {
+            governor = null;
+            receiver = null;
+            LOG.info("spark_statestore early triggers are off: {}=false", ENABLED);
+        }
+    }
+
+    /**
+     * The driver part of {@code context}, started now unless it runs already (a stopped
+     * context's is replaced). {@code startedBy}: {@code plugin} also names the clock-installing
+     * listener in {@code spark.sql.streaming.streamingQueryListeners}, so every session's
+     * query manager registers it when it is made; otherwise sessions are activated one by one.
+     */
+    public static synchronized StateStoreDriver start(SparkContext context, String startedBy) throws IOException {
+        if (current != null && current.context == context && !context.isStopped()) {
+            return current;
+        }
+        if (current != null) {
+            current.stop();
+        }
+        current = new StateStoreDriver(context, startedBy);
+        if (startedBy.equals("plugin")) {
+            SparkConf conf = context.conf();
+            String listeners = conf.get(LISTENERS, "").trim();
+            String mine = EarlyTriggerListener.class.getName();
+            if (!(("," + listeners.replace(" ", "") + ",").contains("," + mine + ","))) {
+                conf.set(LISTENERS, listeners.isEmpty() ? mine : listeners + "," + mine);
+            }
+        }
+        LOG.info("spark_statestore driver started (by the {}); clock field: {}", startedBy, clockFieldOrWhyNot());
+        return current;
+    }
+
+    /** The running driver part, or null. */
+    static synchronized StateStoreDriver current() {
+        return current;
+    }
+
+    /** Stops the running driver part (the context stops). */
+    static synchronized void stopCurrent() {
+        if (current != null) {
+            current.stop();
+            current = null;
+        }
+    }
+
+    private void stop() {
+        if (receiver != null) {
+            receiver.close();
+        }
+    }
+
+    String startedBy() {
+        return startedBy;
+    }
+
+    /** {@code host:port} tasks send to, or null when early triggers are off. */
+    String target() {
+        return receiver == null ? null : receiver.target();
+    }
+
+    String secretHex() {
+        return receiver == null ? null : receiver.secretHex();
+    }
+
+    Map<String, Long> signalStats() {
+        return receiver == null ? Map.of() : receiver.stats();
+    }
+
+    Optional<Decision> decision(String queryId, long batchId) {
+        return governor == null ? Optional.empty() : governor.decision(queryId, batchId);
+    }
+
+    /** A run of a query started; {@code execution} is its StreamExecution (null: not found). */
+    void runStarted(String queryId, String runId, Object execution) {
+        if (governor != null) {
+            governor.runStarted(queryId);
+        }
+        BatchFiles files = null;
+        if (execution != null) {
+            try {
+                SparkSession session = (SparkSession) QueryTriggers.call(execution, "sparkSession");
+                Configuration hadoop = (Configuration) QueryTriggers.call(QueryTriggers.call(session, "sessionState"), "newHadoopConf");
+                int retain = Integer.parseInt(session.conf().get(RETAIN, "100").trim());
+                files = new BatchFiles((String) QueryTriggers.call(execution, "resolvedCheckpointRoot"), hadoop, Math.max(1, retain));
+            } catch (ReflectiveOperationException | RuntimeException e) {
+                LOG.warn("spark_statestore: no batch files for query {}: {}", queryId, QueryTriggers.cause(e));
+            }
+        }
+        runs.put(queryId, new Run(runId, files));
+    }
+
+    void runEnded(String queryId, String runId) {
+        runs.computeIfPresent(queryId, (id, run) -> run.runId.equals(runId) ? null : run);
+        if (governor != null) {
+            governor.runEnded(queryId);
+        }
+    }
+
+    /**
+     * A batch ended: decide its early trigger (after handling every signal already received)
+     * and write its file.
+     */
+    void progress(StreamingQueryProgress progress) {
+        String queryId = progress.id().toString();
+        long batchId = progress.batchId();
+        long startMs = Instant.parse(progress.timestamp()).toEpochMilli();
+        Run run = runs.get(queryId);
+        Optional<Decision> decision = Optional.empty();
+        if (governor != null) {
+            receiver.drain();
+            long accumulated = run != null && run.lastBatch == batchId - 1 ? startMs - run.lastStartMs : 0;
+            decision = governor.batchEnded(queryId, batchId, accumulated);
+        }
+        if (run == null) {
+            return;
+        }
+        run.lastBatch = batchId;
+        run.lastStartMs = startMs;
+        if (run.files == null) {
+            return;
+        }
+        long dropped = 0;
+        for (StateOperatorProgress operator : progress.stateOperators()) {
+            dropped += operator.numRowsDroppedByWatermark();
+        }
+        try {
+            run.wanted = run.wanted || run.files.wanted();
+            if (run.wanted) {
+                run.files.write(queryId, progress.runId().toString(), batchId, startMs, dropped, decision);
+            }
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("spark_statestore: cannot write the file of query {} batch {} under {}: {}",
+                    queryId, batchId, run.files.root(), e.toString());
+        }
+    }
+
+    private static boolean enabled(SparkConf conf) {
+        String value = conf.get(ENABLED, "true").trim().toLowerCase(java.util.Locale.ROOT);
+        if (!value.equals("true") && !value.equals("false")) {
+            throw new IllegalArgumentException(ENABLED + " must be true or false, got '" + conf.get(ENABLED, "") + "'");
+        }
+        return value.equals("true");
+    }
+
+    private static int port(SparkConf conf) {
+        String value = conf.get(PORT, "0");
+        try {
+            int port = Integer.parseInt(value.trim());
+            if (port >= 0 && port <= 65535) {
+                return port;
+            }
+        } catch (NumberFormatException e) {
+            // said below
+        }
+        throw new IllegalArgumentException(PORT + " must be a port number in 0..65535, got '" + value + "'");
+    }
+
+    private static String clockFieldOrWhyNot() {
+        try {
+            java.lang.reflect.Field field = QueryTriggers.clockField();
+            return field.getDeclaringClass().getName() + "." + field.getName();
+        } catch (NoSuchFieldException e) {
+            return "not found (" + e.getMessage() + "): queries will not be wakeable";
+        }
+    }
+}

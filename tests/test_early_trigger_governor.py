@@ -1,0 +1,197 @@
+"""The early-trigger governor in the driver's JVM on real Spark queries: decisions driven by
+messages crafted here (as tasks send them) and by real tasks, and the batch files the driver
+writes (`<checkpoint>/statestore/_batches/<batch>.json`)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+
+import pytest
+from shim_queries import LIMIT, FileStream, Held, batches, early, gate, report, shim_session, wait_until
+
+from spark_statestore.spark.signals import CROSSING
+
+pytestmark = pytest.mark.versioned
+
+
+@pytest.fixture(scope="module")
+def session(spark):
+    child = shim_session(spark)
+    yield child
+    for query in child.streams.active:
+        query.stop()
+
+
+@pytest.mark.spark
+def test_the_first_crossing_in_flight_wakes_the_query_once(session, tmp_path):
+    from spark_statestore.spark.driver.jvm import query_trigger, wake
+
+    held = Held(session, tmp_path, {1})
+    held.stream.add("b")
+    assert wake(session, held.id)
+    held.running(1)
+    report(session, held.id, 1, 2, LIMIT + 1, kind=CROSSING)
+    report(session, held.id, 1, 3, LIMIT + 9, kind=CROSSING)  # the same batch: decided already
+    report(session, held.id, 1, 3, LIMIT + 9)  # and at its end
+    wait_until(lambda: query_trigger(session, held.id).wake_pending, what="the remembered wake")
+    held.stream.add("c")
+    held.release(1)
+    wait_until(lambda: batches(held.query) == [0, 1, 2], what="batch 2 right after batch 1")
+    assert early(held, 1) == {
+        "source": "in_flight", "partition": 2, "uncommitted_bytes": LIMIT + 1, "limit": LIMIT, "woken": True,
+        "reason": f"partition 2 had {LIMIT + 1} uncommitted bytes > limit {LIMIT} (in flight)",
+    }
+    assert early(held, 2) is None
+    assert query_trigger(session, held.id).early_wakes == 2  # the test's wake and the governor's
+    held.query.stop()
+
+
+@pytest.mark.spark
+def test_end_of_task_reports_decide_when_the_batch_ends(session, tmp_path):
+    """Reports sent while the batch runs are all read when it ends (the largest peak decides),
+    also when the receiver's thread had not handled them yet."""
+    from spark_statestore.spark.driver.jvm import wake
+
+    held = Held(session, tmp_path, {1})
+    held.stream.add("b")
+    assert wake(session, held.id)
+    held.running(1)
+    for partition, size in ((0, 10), (1, LIMIT + 100), (2, LIMIT + 50)):
+        report(session, held.id, 1, partition, size)
+    held.stream.add("c")
+    held.release(1)
+    wait_until(lambda: batches(held.query) == [0, 1, 2], what="batch 2 right after batch 1")
+    decided = early(held, 1)
+    assert (decided["source"], decided["partition"], decided["uncommitted_bytes"]) == ("end_of_batch", 1, LIMIT + 100)
+    assert decided["reason"].endswith("(end of batch)")
+    held.query.stop()
+
+
+@pytest.mark.spark
+def test_a_run_of_early_batches_goes_on_while_a_whole_interval_would_cross(session, tmp_path):
+    """After an early batch, a batch under the limit still has the next one start early when a
+    whole interval of its input would cross; the first batch whose input would not ends the
+    run, and the interval comes back (a task without a limit never crosses it)."""
+    from spark_statestore.spark.driver.jvm import query_trigger, wake
+
+    held = Held(session, tmp_path, {1, 2, 3})
+    held.stream.add("b")
+    assert wake(session, held.id)
+    peaks = {1: [LIMIT + 1], 2: [LIMIT // 5], 3: [0, 0]}
+    for batch, sizes in peaks.items():
+        held.running(batch)
+        for partition, size in enumerate(sizes):
+            report(session, held.id, batch, partition, size)
+        if batch == 3:
+            report(session, held.id, batch, 5, 1 << 40, limit=-1)  # no limit: never a crossing
+        held.stream.add(f"after-{batch}")
+        held.release(batch)
+    wait_until(lambda: held.stream.batch_file(3) is not None, what="the file of batch 3")
+    assert early(held, 1)["source"] == "end_of_batch"
+    second = early(held, 2)
+    assert (second["source"], second["woken"]) == ("projected", True)
+    assert "over a whole trigger interval" in second["reason"] and second["uncommitted_bytes"] > LIMIT
+    assert early(held, 3) is None  # a whole interval of nothing stays under the limit
+    assert batches(held.query) == [0, 1, 2, 3] and not query_trigger(session, held.id).wake_pending
+    held.query.stop()
+
+
+@pytest.mark.spark
+def test_only_the_crossing_query_is_woken(session, tmp_path):
+    from spark_statestore.spark.driver.jvm import decision, query_trigger
+
+    crossing, idle = Held(session, tmp_path / "crossing", set()), Held(session, tmp_path / "idle", set())
+    crossing.stream.add("b")
+    idle.stream.add("b")
+    report(session, idle.id, 0, 0, LIMIT, kind=CROSSING)  # at the limit is not past it
+    report(session, crossing.id, 0, 0, LIMIT + 1, kind=CROSSING)  # late for batch 0: starts batch 1 at once
+    wait_until(lambda: batches(crossing.query) == [0, 1], what="the crossing query's next batch")
+    assert decision(session, crossing.id, 0)["source"] == "in_flight"  # its file was written before
+    assert decision(session, idle.id, 0) is None
+    assert batches(idle.query) == [0] and not query_trigger(session, idle.id).wake_pending
+    crossing.query.stop()
+    idle.query.stop()
+
+
+@pytest.mark.spark
+def test_a_batch_re_run_after_a_restart_in_the_same_session_is_woken(session, tmp_path):
+    """Issue 24: the re-run of a batch in a new run of its query has task attempt numbers
+    starting at 0 again; its task's signal is a new one (its task attempt id is), and the
+    batch is decided again."""
+    from spark_statestore.spark.driver.jvm import signal_stats, wake
+
+    stream = FileStream(tmp_path / "stream")
+    control = tmp_path / "control"
+    control.mkdir()
+    stream.add("small")
+    query = stream.start(session, gate(control, {1}, session.target))
+    wait_until(lambda: stream.batch_file(0) is not None, what="batch 0")
+    before = signal_stats(session)
+    stream.add("big")
+    assert wake(session, query.id)
+    wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
+    wait_until(lambda: signal_stats(session).get("accepted", 0) == before.get("accepted", 0) + 1,
+               what="the first run's crossing")
+    query.stop()  # batch 1 never ends in this run
+    (control / "running-1").unlink()
+    (control / "release-1").touch()
+    stream.add("small")
+    restarted = stream.start(session, gate(control, {1}, session.target))
+    wait_until(lambda: batches(restarted) == [1, 2], what="the re-run batch 1, then batch 2 at once")
+    decided = stream.batch_file(1)["early_trigger"]
+    assert (decided["source"], decided["woken"]) == ("in_flight", True)
+    stats = signal_stats(session)
+    assert stats.get("accepted", 0) == before.get("accepted", 0) + 2
+    assert stats.get("replayed", 0) == before.get("replayed", 0)
+    restarted.stop()
+
+
+@pytest.mark.spark
+def test_every_batch_has_a_file_with_what_the_driver_saw(session, tmp_path):
+    """Queries of any trigger whose checkpoint holds our state get a file per batch: its
+    start, the input rows Spark dropped as late, and the early trigger (none here); a query
+    without our state gets none."""
+    from pyspark.sql import functions as F
+
+    stream = FileStream(tmp_path / "stream")
+    stream.add("100")
+    frame = (
+        session.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(stream.input))
+        .select(F.col("value").cast("long").cast("timestamp").alias("ts"))
+        .withWatermark("ts", "0 seconds").dropDuplicates(["ts"])
+    )
+    query = (
+        frame.writeStream.format("noop").option("checkpointLocation", stream.checkpoint)
+        .trigger(processingTime="0 seconds").start()
+    )
+    wait_until(lambda: any(p["numInputRows"] for p in query.recentProgress), what="the first batch")
+    stream.add("10", "200")  # 10 is behind the watermark of 100 s: dropped as late
+    wait_until(lambda: any(sum(o["numRowsDroppedByWatermark"] for o in p["stateOperators"])
+                           for p in query.recentProgress), timeout=180, what="the late row dropped")
+    progress = {p["batchId"]: p for p in query.recentProgress}
+    query.stop()
+    for batch_id, p in progress.items():
+        wait_until(lambda b=batch_id: stream.batch_file(b) is not None, what=f"the file of batch {batch_id}")
+        record = stream.batch_file(batch_id)
+        started = datetime.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
+        assert record == {
+            "query_id": str(query.id), "run_id": str(query.runId), "batch_id": batch_id,
+            "timestamp_ms": round(started.timestamp() * 1000),
+            "rows_dropped_by_watermark": sum(o["numRowsDroppedByWatermark"] for o in p["stateOperators"]),
+            "early_trigger": None,
+        }
+    assert sum(stream.batch_file(b)["rows_dropped_by_watermark"] for b in progress) == 1
+    assert sorted(os.listdir(Path(stream.checkpoint) / "statestore" / "_batches")) == sorted(
+        f"{b}.json" for b in progress)  # no temporary file left
+
+    other = tmp_path / "no-state"
+    (other / "input").mkdir(parents=True)
+    (other / "input" / "a.txt").write_text("a\n")
+    plain = (
+        session.readStream.format("text").load(str(other / "input")).writeStream.format("noop")
+        .option("checkpointLocation", str(other / "checkpoint")).trigger(availableNow=True).start()
+    )
+    plain.awaitTermination(120)
+    assert not (other / "checkpoint" / "statestore").exists()
