@@ -13,7 +13,10 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
   (the worker's task function, `PysparkMinor.task_function`: `pyspark.worker.main` in
   4.0-4.2, `invoke_udf` in 4.3 -> `send_accumulator_updates`). An object in an
   accumulator whose pickling prepares the batch is how operators without an
-  end-of-partition hook (applyInPandasWithState) prepare at the end of the task.
+  end-of-partition hook (applyInPandasWithState) prepare at the end of the task. The
+  worker reads each registered accumulator's `_value` (`send_accumulator_updates`): where
+  no driver accumulator exists (Spark Connect) a `TaskEndCarrier` registers an object in
+  the worker's registry whose `_value` does the same work.
 * `UDF_UNPICKLED_IN_TASK`: a Python worker unpickles the operator's function in every
   task, after it set the task's `TaskContext` (the task function: `_setTaskContext`
   before `read_udfs`), also for a partition without data. Unpickling an object inside the
@@ -46,6 +49,9 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
 * `STREAM_ADMISSION_CONTROL` (a capability, not an internal): Python streaming sources
   have admission control (`pyspark.sql.streaming.datasource`, `latestOffset(start, limit)`)
   from 4.2; the state reader's change stream uses it where `FACTS.stream_admission_control`.
+* `CONNECT_TRANSFORM_WITH_STATE` (a capability): the Spark Connect client has
+  `transformWithStateInPandas` from 4.1 (`PysparkMinor.connect_transform_with_state`);
+  `check_connect_operator` says so when a processor is built in a 4.0 Connect session.
 * `ACCUMULATOR_REGISTRY`: the driver adds the tasks' accumulator updates to the object
   its registry (`pyspark.accumulators._accumulatorRegistry`) holds under their id.
 """
@@ -56,6 +62,7 @@ from typing import Any
 
 import pyspark
 
+from spark_statestore.errors import StateStoreError
 from spark_statestore.spark.compat import minors, tasks
 from spark_statestore.spark.compat.checks import check_internals
 from spark_statestore.spark.compat.driver import (
@@ -64,13 +71,15 @@ from spark_statestore.spark.compat.driver import (
     drain_listener_bus,
     driver_jvm,
     driver_logger,
+    configured_cores,
     executor_cores,
+    is_connect,
     jvm_session,
     py4j_gateway,
     receives_updates,
 )
 from spark_statestore.spark.compat.minors import PysparkInternalError, minors_with
-from spark_statestore.spark.compat.tasks import arrow_schema, run_at_task_end
+from spark_statestore.spark.compat.tasks import TaskEndCarrier, arrow_schema, run_at_task_end
 
 __all__ = [
     "BATCH_ID_PROPERTY",
@@ -78,9 +87,12 @@ __all__ = [
     "QUERY_ID_PROPERTY",
     "VERSION",
     "PysparkInternalError",
+    "TaskEndCarrier",
     "active_session",
     "arrow_schema",
+    "check_connect_operator",
     "check_internals",
+    "configured_cores",
     "context_stopped",
     "drain_listener_bus",
     "driver_jvm",
@@ -88,6 +100,7 @@ __all__ = [
     "event_time_watermark",
     "executor_cores",
     "internal_error",
+    "is_connect",
     "jvm_session",
     "minors_with",
     "py4j_gateway",
@@ -117,3 +130,15 @@ def trigger_clock() -> tuple[str, str]:
     """The JVM class of a streaming query's execution and its trigger clock field
     (`TRIGGER_CLOCK`), for the early-trigger shim."""
     return FACTS.stream_execution_class, FACTS.trigger_clock_field
+
+
+def check_connect_operator(spark: Any, operator: str) -> None:
+    """Fail, saying why, when `operator` cannot run in `spark` because its Spark Connect
+    client lacks it (`CONNECT_TRANSFORM_WITH_STATE`)."""
+    if operator == "transformWithStateInPandas" and not FACTS.connect_transform_with_state and is_connect(spark):
+        raise StateStoreError(
+            f"transformWithStateInPandas is in the Spark Connect client from pyspark 4.1 "
+            f"({minors_with('connect_transform_with_state')}); this client is pyspark {VERSION}. "
+            f"Use a classic SparkSession, a newer pyspark client, or with_stores (applyInPandasWithState) "
+            f"or partition_function (mapInArrow) in this session"
+        )

@@ -42,13 +42,16 @@ class PysparkMinor:
     # (`pyspark.sql.streaming.datasource`: ReadLimit, SupportsTriggerAvailableNow and
     # `latestOffset(start, limit)`); without it the runner calls `latestOffset()`
     stream_admission_control: bool
+    # the Spark Connect client (`pyspark.sql.connect.group.GroupedData`) has
+    # transformWithStateInPandas
+    connect_transform_with_state: bool
 
 
 _RUNTIME_STREAM_EXECUTION = "org.apache.spark.sql.execution.streaming.runtime.StreamExecution"
 
 
 def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_execution_class: str,
-           stream_admission_control: bool) -> PysparkMinor:
+           stream_admission_control: bool, connect_transform_with_state: bool = True) -> PysparkMinor:
     """A minor's facts; what no supported minor changed is the same for all."""
     return PysparkMinor(
         task_function=task_function,
@@ -60,6 +63,7 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_exe
         stream_execution_class=stream_execution_class,
         trigger_clock_field="triggerClock",
         stream_admission_control=stream_admission_control,
+        connect_transform_with_state=connect_transform_with_state,
     )
 
 
@@ -69,6 +73,7 @@ MINORS: dict[str, PysparkMinor] = {
     "4.0": _minor(
         "main", ("pickleSer", "infile", "eval_type"),
         "org.apache.spark.sql.execution.streaming.StreamExecution", stream_admission_control=False,
+        connect_transform_with_state=False,
     ),
     "4.1": _minor(
         "main", ("pickleSer", "infile", "eval_type"), _RUNTIME_STREAM_EXECUTION, stream_admission_control=False,

@@ -48,5 +48,58 @@ def _identity(value: Any) -> Any:
 
 def run_at_task_end(accumulator: Any, finish: Callable[[], Any]) -> None:
     """Run `finish()` after the task's output is complete, before the task succeeds; its
-    result is added to `accumulator` (whose param must merge lists)."""
+    result is added to `accumulator` (whose param must merge lists; a `TaskEndCarrier`
+    drops it)."""
     accumulator.add([_AtTaskEnd(finish)])
+
+
+# An accumulator id no driver hands out (a SparkContext counts up from 0; pyspark's own
+# special ids are -1 and -2).
+TASK_END_ACCUMULATOR_ID = -7_892
+
+
+class TaskEndCarrier:
+    """What carries `run_at_task_end` to the tasks where there is no driver accumulator
+    (Spark Connect): made anywhere, with no SparkContext. Unpickled in a task, it puts its
+    worker half in the worker's accumulator registry (cleared at the start of every task),
+    whose `_value` the worker reads once the task's output is complete
+    (`WORKER_SENDS_ACCUMULATORS_LAST`): reading it runs the task's end-of-task work.
+    What the worker then sends is `None`: a Connect server keeps the tasks' accumulator
+    updates of a session until its client's next request, and the client ignores ids that
+    are not its profiler's, so nothing but a few bytes per task travels."""
+
+    def __reduce__(self) -> tuple:
+        return _carrier_in_task, ()
+
+    def add(self, items: list) -> None:  # noqa: ARG002 - outside a task there is nothing to run
+        """Outside a task (the client's copy) nothing is collected."""
+
+
+class _WorkerTaskEnd:
+    """The worker half of a `TaskEndCarrier`: entries added in the task, run when read."""
+
+    def __init__(self) -> None:
+        self._items: list = []
+
+    def add(self, items: list) -> None:
+        self._items.extend(items)
+
+    @property
+    def _value(self) -> None:
+        items, self._items = self._items, []
+        for item in items:
+            if isinstance(item, _AtTaskEnd):
+                item.finish()
+        return None
+
+
+def _carrier_in_task() -> Any:
+    from pyspark import TaskContext
+    from pyspark.accumulators import _accumulatorRegistry
+
+    if TaskContext.get() is None:
+        return TaskEndCarrier()
+    found = _accumulatorRegistry.get(TASK_END_ACCUMULATOR_ID)
+    if found is None:
+        found = _accumulatorRegistry[TASK_END_ACCUMULATOR_ID] = _WorkerTaskEnd()
+    return found

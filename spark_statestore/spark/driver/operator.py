@@ -5,7 +5,8 @@ that the state can be written under the checkpoint location, records the state's
 there (stores, serdes, partition count: a query cannot come back with other ones), and
 returns the `OperatorConfig` that travels to the tasks inside the pickled function or
 processor (with where tasks signal the early-trigger governor), and the session's metrics
-collector.
+collector (None in a Spark Connect session: it has no accumulators; its tasks' end-of-task
+work travels in a `compat.TaskEndCarrier` instead of the metrics accumulator).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import statestore_dir
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.layout import Layout, record_query_layout
+from spark_statestore.spark import compat
 from spark_statestore.spark.declarations import Declaration, KeyValue, Window
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.driver.session import session_services
@@ -34,7 +36,7 @@ class OperatorConfig:
     checkpoint_location: str
     declarations: tuple[Declaration, ...]
     settings: StateStoreSettings
-    accumulator: Any = None
+    accumulator: Any = None  # the metrics accumulator, or a compat.TaskEndCarrier
     operator: str = "transformWithStateInPandas"
     partitions: int | None = None
     signal_target: SignalTarget | None = None  # where tasks send in-flight crossings
@@ -89,13 +91,15 @@ def build_operator(
     operator: str,
     spark: Any = None,
     partitions: int | None = None,
-) -> tuple[OperatorConfig, StateStoreMetrics]:
-    """Build, on the driver, what tasks of an operator need to open their state."""
+) -> tuple[OperatorConfig, StateStoreMetrics | None]:
+    """Build, on the driver (or a Spark Connect client), what tasks of an operator need to
+    open their state."""
     from pyspark.sql import SparkSession
 
     spark = spark or SparkSession.getActiveSession()
     if spark is None:
         raise StateStoreError("building a stateful operator needs an active SparkSession on the driver")
+    compat.check_connect_operator(spark, operator)
     settings = StateStoreSettings.from_spark(spark)
     declarations = declarations_of(stores)
     check_checkpoint_location(checkpoint_location)
@@ -106,7 +110,7 @@ def build_operator(
         checkpoint_location,
         declarations,
         settings,
-        services.metrics.accumulator,
+        compat.TaskEndCarrier() if services.metrics is None else services.metrics.accumulator,
         operator,
         partitions,
         services.signal_target,

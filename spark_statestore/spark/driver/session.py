@@ -7,6 +7,10 @@
 
 `session_services(spark)` makes them once per session, on the driver, when the first
 operator is built; a session that stopped is forgotten (and its server closed).
+
+A Spark Connect session is a client of a remote driver: it has no accumulators and no
+JVM here to load the shim into, so its services are the state reader's registration
+alone (`metrics` and `governor` are None, tasks get no signal target).
 """
 
 from __future__ import annotations
@@ -16,10 +20,12 @@ import logging
 import threading
 from typing import Any
 
+from spark_statestore.errors import StateStoreError
+from spark_statestore.spark import compat
 from spark_statestore.spark.driver.governor import EarlyTriggerGovernor
 from spark_statestore.spark.driver.jvm import QueryTrigger, SessionShim, ShimStatus
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
-from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED, StateStoreSettings
+from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED, StateStoreSettings, session_conf
 from spark_statestore.spark.driver.signal_server import SignalServer, driver_addresses
 from spark_statestore.spark.reader import register_reader
 from spark_statestore.spark.signals import SignalTarget
@@ -44,15 +50,18 @@ class SessionServices:
 
     def __init__(self, spark: Any, settings: StateStoreSettings) -> None:
         self.spark = spark
-        shim = SessionShim(spark) if settings.early_trigger_enabled else _NoShim()
-        self.governor = EarlyTriggerGovernor(settings.early_trigger_enabled, shim)
+        self.governor: EarlyTriggerGovernor | None = None
         self.signals: SignalServer | None = None
-        if self.governor.active:
-            conf = spark.sparkContext.getConf()
-            bind, advertised = driver_addresses(lambda key: conf.get(key, None))
-            self.signals = SignalServer(self.governor.on_signal, bind, advertised, settings.signal_port)
-        self.metrics = StateStoreMetrics(spark, governor=self.governor)
+        self.metrics: StateStoreMetrics | None = None
+        if not compat.is_connect(spark):
+            shim = SessionShim(spark) if settings.early_trigger_enabled else _NoShim()
+            self.governor = EarlyTriggerGovernor(settings.early_trigger_enabled, shim)
+            if self.governor.active:
+                bind, advertised = driver_addresses(session_conf(spark))
+                self.signals = SignalServer(self.governor.on_signal, bind, advertised, settings.signal_port)
+            self.metrics = StateStoreMetrics(spark, governor=self.governor)
         register_reader(spark)  # the state of the operators built here can be read back
+
     @property
     def signal_target(self) -> SignalTarget | None:
         """Where tasks send in-flight crossings (None: early triggers are off)."""
@@ -60,11 +69,12 @@ class SessionServices:
 
     @property
     def stopped(self) -> bool:
-        return self.metrics.stopped
+        return compat.context_stopped(self.spark) if self.metrics is None else self.metrics.stopped
 
     def stop(self) -> None:
         """Stop listening and receiving (the collected metrics stay readable)."""
-        self.metrics.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.signals is not None:
             self.signals.close()
 
@@ -90,7 +100,13 @@ def session_services(spark: Any, settings: StateStoreSettings | None = None) -> 
 
 def metrics_for(spark: Any) -> StateStoreMetrics:
     """The driver's metrics collector of a SparkSession (one per session)."""
-    return session_services(spark).metrics
+    metrics = session_services(spark).metrics
+    if metrics is None:
+        raise StateStoreError(
+            "spark_statestore metrics are gathered through accumulators, which a Spark Connect session "
+            "does not have: they are available in classic sessions only"
+        )
+    return metrics
 
 
 @atexit.register
