@@ -29,6 +29,12 @@ from spark_statestore.spark.signals import CrossingSignal
 
 pytestmark = pytest.mark.versioned
 
+
+@pytest.fixture(scope="session")
+def spark(classic_spark):
+    """These tests need the driver's JVM (py4j, the shim, accumulators): classic only."""
+    return classic_spark
+
 INTERVAL = "36500 days"
 LIMIT = 64 << 20
 DRIVER_SCRIPT = Path(__file__).with_name("shim_driver.py")
