@@ -63,7 +63,8 @@ class WindowedCounts(StoreProcessor):
             for kind, (size, _) in self.windows.items()
         ]
         super().__init__(checkpoint_location, spark=spark)
-        self.emitted = self.metrics.spark.sparkContext.accumulator(0)  # windows written, for progress lines
+        # windows written, for progress lines (a Spark Connect session has no accumulators)
+        self.emitted = None if self.metrics is None else self.metrics.spark.sparkContext.accumulator(0)
 
     def process_rows(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[pd.DataFrame]:
         name = key[0]
@@ -109,7 +110,8 @@ class WindowedCounts(StoreProcessor):
                 out.append((name, kind, start, start + size, count))
                 store.put(name, None, start)  # emitted: nothing needs it any more
         if out:
-            self.emitted.add(len(out))
+            if self.emitted is not None:
+                self.emitted.add(len(out))
             yield pd.DataFrame(out, columns=["key", "kind", "window_start", "window_end", "count"])
 
 

@@ -238,3 +238,18 @@ def test_the_arrow_schema_of_a_ddl(spark, monkeypatch):
     monkeypatch.delattr(types, "to_arrow_schema")
     with pytest.raises(compat.PysparkInternalError, match="ARROW_SCHEMA.*to_arrow_schema is gone"):
         compat.arrow_schema("key string")
+
+
+def test_a_task_end_carrier_outside_a_task_is_inert():
+    """Made and unpickled outside a task (a Connect client, a driver), the carrier of the
+    end-of-task work registers nothing and collects nothing."""
+    import pickle
+
+    from pyspark.accumulators import _accumulatorRegistry
+
+    from spark_statestore.spark.compat.tasks import TASK_END_ACCUMULATOR_ID
+
+    copy = pickle.loads(pickle.dumps(compat.TaskEndCarrier()))
+    assert isinstance(copy, compat.TaskEndCarrier)
+    copy.add(["ignored"])
+    assert TASK_END_ACCUMULATOR_ID not in _accumulatorRegistry

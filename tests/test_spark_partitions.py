@@ -43,16 +43,12 @@ def run_group_totals(spark, job, **failures):
     checkpoint = os.path.join(job, "checkpoint")
     fn = with_stores(spark_jobs.group_totals(checkpoint=checkpoint, **failures), checkpoint, TOTALS)
     out = events(spark, job).groupBy("key").applyInPandasWithState(
-        fn, "key string, total long, batch_id long, calls long", "calls long", "Update", GroupStateTimeout.NoTimeout
+        fn, "key string, total long, batch_id long, calls long", "calls long", "Append", GroupStateTimeout.NoTimeout
     )
-
-    def write(frame, batch_id):  # an idempotent sink: a batch that runs again overwrites its file
-        frame.toPandas().to_parquet(os.path.join(job, "output", f"{batch_id:05d}.parquet"))
-
-    os.makedirs(os.path.join(job, "output"), exist_ok=True)
-    query = (
-        out.writeStream.foreachBatch(write).outputMode("update").option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True).start()
+    query = (  # the file sink writes each batch once (a foreachBatch sink under Spark Connect runs the
+        # batch outside the query's thread, where tasks have no batch id)
+        out.writeStream.format("parquet").option("path", os.path.join(job, "output"))
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     )
     query.awaitTermination()
     assert query.exception() is None

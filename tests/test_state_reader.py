@@ -127,6 +127,9 @@ def _wait_for_file(path: str, timeout: float = 120.0) -> bool:
 
 
 def test_isolation_levels_while_a_batch_is_held_open(spark, job):
+    if compat.is_connect(spark):
+        pytest.skip("a batch is held in a foreachBatch sink, and Spark Connect runs a foreachBatch DataFrame "
+                    "outside the query's thread: its tasks have no streaming.sql.batchId")
     held, release = os.path.join(job, "held"), os.path.join(job, "release")
 
     def sink(frame, batch_id):  # the batch's tasks prepared; it commits when this returns
@@ -228,29 +231,13 @@ def test_a_row_limit_still_reads_one_whole_batch_per_trigger(spark, job, tmp_pat
 @ADMISSION_CONTROL
 def test_a_stream_of_committed_changes_exactly_once(spark, job, tmp_path):
     checkpoint, _ = _run(spark, job, BATCHES)
-    seen = []
-
-    def collect(frame, batch_id):
-        seen.append((batch_id, sorted(map(tuple, frame.select("batch_id", "key", "value").collect()))))
-
-    stream = (
-        spark.readStream.format("spark_statestore").option("checkpointLocation", checkpoint)
-        .option("store", "totals").option("readChangeFeed", "true").option("maxBatchesPerTrigger", "1").load()
-    )
-    reader_checkpoint = str(tmp_path / "reader-checkpoint")
-    query = stream.writeStream.foreachBatch(collect).option("checkpointLocation", reader_checkpoint).trigger(availableNow=True).start()
-    query.awaitTermination()
-    assert query.exception() is None
-    assert [b for b, rows in seen if rows] == [0, 1, 2]  # one state batch per trigger
-    for n, (_, rows) in enumerate(r for r in seen if r[1]):
+    stream, reader_checkpoint = _change_stream(spark, checkpoint, maxBatchesPerTrigger=1), str(tmp_path / "reader-ck")
+    triggers = _collect_changes(stream, reader_checkpoint)
+    assert len(triggers) == 3  # one state batch per trigger
+    for n, rows in enumerate(triggers):
         assert {batch for batch, _, _ in rows} == {n}
         assert {(k, v) for _, k, v in rows} == {(k, _totals_after(BATCHES[: n + 1])[k]) for k in set(BATCHES[n])}
-    # restarted, the reader goes on where it stopped: nothing twice
-    again = []
-    query = stream.writeStream.foreachBatch(lambda f, b: again.append(f.count())).option(
-        "checkpointLocation", reader_checkpoint).trigger(availableNow=True).start()
-    query.awaitTermination()
-    assert sum(again) == 0
+    assert _collect_changes(stream, reader_checkpoint) == []  # restarted, it goes on where it stopped: nothing twice
 
 
 def test_errors_name_what_is_wrong(spark, job, tmp_path):

@@ -13,8 +13,9 @@ The operator calls the function once per key, with no hook at the start or end o
 partition, and not at all for a partition without data. The wrapper opens the
 partition's state when the task receives the function (see `OpenAtTaskStart`; the same
 `TaskState` as every adapter) and prepares the batch's changelog when the task ends,
-through the task's entry in the metrics accumulator, which the Python worker sends once
-the task's output is complete and before the task reports success (see
+through the task's entry in the metrics accumulator (in a Spark Connect session, which has
+none, a `compat.TaskEndCarrier` pickled with the function), which the Python worker sends
+once the task's output is complete and before the task reports success (see
 `TaskState.finish_at_task_end`). So a batch's
 changes are durable before Spark commits the batch, a failed attempt prepares nothing,
 and the partition is released by the task itself: the next batch of the partition can
