@@ -5,7 +5,7 @@ version and the supported range (never a raw AttributeError from pyspark's modul
 from __future__ import annotations
 
 import importlib
-import importlib.util
+import importlib.resources
 import inspect
 from typing import Any
 
@@ -85,9 +85,10 @@ def _check_accumulator_values() -> None:
 def _check_connect_client(facts: PysparkMinor) -> None:
     """Whether the Spark Connect client has transformWithStateInPandas, read from its source
     (importing it needs the Connect client's dependencies, which a classic install may lack)."""
-    name = "pyspark.sql.connect.group"
-    try:  # through its loader: Python workers import pyspark from a zip file
-        has = "def transformWithStateInPandas(" in importlib.util.find_spec(name).loader.get_source(name)  # type: ignore[union-attr]
+    try:  # read as a resource: importing pyspark.sql.connect without its dependencies exits
+        # the process (4.2), and Python workers import pyspark from a zip file
+        source = importlib.resources.files("pyspark").joinpath("sql", "connect", "group.py").read_text()
+        has = "def transformWithStateInPandas(" in source
     except (AttributeError, TypeError, ImportError, OSError) as e:
         raise _error("CONNECT_TRANSFORM_WITH_STATE", f"pyspark.sql.connect.group cannot be read: {e}") from None
     if has != facts.connect_transform_with_state:
