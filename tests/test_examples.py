@@ -76,7 +76,7 @@ def _readme_totals() -> type:
     with open(os.path.join(os.path.dirname(EXAMPLES), "README.md")) as f:
         readme = f.read()
     block = readme[readme.index("class Totals(StoreProcessor):"):]
-    source = block[: block.index("\n\n")]
+    source = block[: block.index("\nprocessor = Totals(")]
     namespace = {"pd": pd, "Serdes": Serdes, "KeyValue": KeyValue, "Window": Window, "StoreProcessor": StoreProcessor,
                  "__name__": "readme_totals"}
     exec(compile(source, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
