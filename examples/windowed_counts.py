@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from spark_statestore import Serdes
-from spark_statestore.spark import StoreProcessor, Window, check_columns, epoch_millis
+
+from spark_statestore.spark import StoreProcessor, Window, check_columns, compat, epoch_millis
 
 OUTPUT_SCHEMA = "key string, kind string, window_start long, window_end long, count long"
 INPUT_SCHEMA = "key string, ts long"
@@ -66,7 +67,8 @@ class WindowedCounts(StoreProcessor):
         from pyspark.sql import SparkSession
 
         session = spark or SparkSession.getActiveSession()
-        self.emitted = session.sparkContext.accumulator(0)  # windows written, for progress lines
+        # windows written, for progress lines (a Spark Connect session has no accumulators)
+        self.emitted = None if compat.is_connect(session) else session.sparkContext.accumulator(0)
 
     def process_rows(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[pd.DataFrame]:
         name = key[0]
@@ -112,7 +114,8 @@ class WindowedCounts(StoreProcessor):
                 out.append((name, kind, start, start + size, count))
                 store.put(name, None, start)  # emitted: nothing needs it any more
         if out:
-            self.emitted.add(len(out))
+            if self.emitted is not None:
+                self.emitted.add(len(out))
             yield pd.DataFrame(out, columns=["key", "kind", "window_start", "window_end", "count"])
 
 

@@ -79,19 +79,17 @@ def dirs(tmp_path):
     return str(checkpoint), str(tmp_path / "local")
 
 
-@pytest.fixture(scope="session")
-def spark(tmp_path_factory):
+def _classic_session(warehouse: str):
     """One local[2,4] SparkSession for every Spark test (4 attempts per task, so Spark
     retries tasks that fail)."""
     pyspark_sql = pytest.importorskip("pyspark.sql")
-    warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
         pyspark_sql.SparkSession.builder.master("local[2,4]")
         .appName("spark_statestore-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.sql.warehouse.dir", warehouse)
         .config(
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
@@ -99,8 +97,41 @@ def spark(tmp_path_factory):
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="session")
+def classic_spark(tmp_path_factory):
+    """The classic SparkSession, for tests that need its JVM (py4j, the shim, sparkContext)."""
+    session = _classic_session(str(tmp_path_factory.mktemp("spark-warehouse")))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A Spark Connect server (local[2,4], the same settings), started once per run."""
+    pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark[connect]")
+    from connect_server import ConnectServer
+
+    server = ConnectServer(str(tmp_path_factory.mktemp("connect-server")))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(connect_server):
+    """A Spark Connect session of the test run's Connect server."""
+    session = connect_server.session()
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session", params=["classic", "connect"])
+def spark(request):
+    """Every Spark test runs in a classic session and in a Spark Connect session (the
+    Connect server starts once per run, when the first test asks for it)."""
+    return request.getfixturevalue(f"{request.param}_spark")
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ class FaultyCounts(windowed_counts.WindowedCounts):
 
             local = LocalPartitionDir(self.settings.resolve_local_dir(), self._config.checkpoint_location, task.partition)
             shutil.rmtree(local.root, ignore_errors=True)
+            record_injection(self._config.checkpoint_location, "wiped", task.batch_id, task.partition)
         super().init(handle)
 
     def process_rows(self, key: Any, rows: Any, timer_values: Any) -> Any:
@@ -49,10 +50,30 @@ class FaultyCounts(windowed_counts.WindowedCounts):
         self.keys_seen += 1
         first_attempt = self._state is not None and self._state.task.attempt == 0
         if first_attempt and self.batch_id in self.raise_in:
+            self._mark("raised")
             raise RuntimeError(f"injected failure in batch {self.batch_id}")
         if first_attempt and self.batch_id in self.kill_in and self.keys_seen >= 2:
+            self._mark("killed")
             os.kill(os.getpid(), signal.SIGKILL)  # state was written for some keys already
         return result
+
+
+    def _mark(self, what: str) -> None:
+        """Leave a trace of an injected failure (any kind of session can see it)."""
+        record_injection(self._config.checkpoint_location, what, self.batch_id, self.partition)
+
+
+def record_injection(checkpoint: str, what: str, batch_id: int, partition: int) -> None:
+    marks = os.path.join(os.path.dirname(checkpoint), "injected")
+    os.makedirs(marks, exist_ok=True)
+    open(os.path.join(marks, f"{what}-{batch_id}-{partition}"), "w").close()
+
+
+def injected(checkpoint: str, what: str) -> set[int]:
+    """The batches in which a failure of kind `what` was injected."""
+    marks = os.path.join(os.path.dirname(checkpoint), "injected")
+    names = os.listdir(marks) if os.path.isdir(marks) else []
+    return {int(n.split("-")[1]) for n in names if n.startswith(what + "-")}
 
 
 def _task() -> tuple[int, int]:
@@ -62,14 +83,21 @@ def _task() -> tuple[int, int]:
     return int(context.getLocalProperty("streaming.sql.batchId")), context.attemptNumber()
 
 
-def _maybe_fail(batch: int, attempt: int, raise_in, kill_in) -> None:
+def _maybe_fail(batch: int, attempt: int, raise_in, kill_in, checkpoint: str | None) -> None:
+    from pyspark import TaskContext
+
+    partition = TaskContext.get().partitionId()
     if attempt == 0 and batch in raise_in:
+        if checkpoint:
+            record_injection(checkpoint, "raised", batch, partition)
         raise RuntimeError(f"injected failure in batch {batch}")
     if attempt == 0 and batch in kill_in:
+        if checkpoint:
+            record_injection(checkpoint, "killed", batch, partition)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def group_totals(raise_in=(), kill_in=()):
+def group_totals(raise_in=(), kill_in=(), checkpoint=None):
     """applyInPandasWithState: a running total per key in a store, calls per key in the GroupState."""
     import pandas as pd
 
@@ -80,13 +108,13 @@ def group_totals(raise_in=(), kill_in=()):
         store.put(key[0], total)
         calls = group_state.get[0] + 1 if group_state.exists else 1
         group_state.update((calls,))
-        _maybe_fail(batch, attempt, raise_in, kill_in)
+        _maybe_fail(batch, attempt, raise_in, kill_in, checkpoint)
         yield pd.DataFrame({"key": [key[0]], "total": [total], "batch_id": [batch], "calls": [calls]})
 
     return totals
 
 
-def partition_totals(raise_in=(), kill_in=()):
+def partition_totals(raise_in=(), kill_in=(), checkpoint=None):
     """mapInArrow: running totals per key, vectorized (one get_all and one put per batch)."""
     from collections import Counter
 
@@ -98,7 +126,7 @@ def partition_totals(raise_in=(), kill_in=()):
             keys = list(added)
             current = counts.get_all(keys)
             counts.put_columns(keys, [(c or 0) + added[k] for c, k in zip(current, keys, strict=True)])
-            _maybe_fail(batch_id, attempt, raise_in, kill_in)
+            _maybe_fail(batch_id, attempt, raise_in, kill_in, checkpoint)
         return iter(())
 
     return totals
@@ -116,3 +144,14 @@ class KeyTotals(StoreProcessor):
         total = (store.get(key[0]) or 0) + sum(len(frame) for frame in rows)
         store.put(key[0], total)
         yield pd.DataFrame({"key": [key[0]], "total": [total]})
+
+
+def skip_without_tws(spark: Any) -> None:
+    """Skip a transformWithStateInPandas test in a Spark Connect session whose client has
+    no such operator (pyspark 4.0; that it says so is tested in test_examples)."""
+    import pytest
+
+    from spark_statestore.spark import compat
+
+    if compat.is_connect(spark) and not compat.FACTS.connect_transform_with_state:
+        pytest.skip(f"the Spark Connect client of pyspark {compat.VERSION} has no transformWithStateInPandas")

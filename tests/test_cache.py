@@ -344,11 +344,23 @@ def test_shares_per_task():
 
 @pytest.mark.spark
 def test_executor_cores_come_from_spark(spark):
-    """The shared session runs local[2,4]: Spark's local scheduler has 2 cores; an explicit
-    spark.executor.cores wins."""
+    """The shared session runs local[2,4]: Spark's local scheduler has 2 cores (a Spark
+    Connect client reads them from the master URL); an explicit spark.executor.cores wins."""
     from spark_statestore.spark import compat
+    from spark_statestore.spark.driver.settings import session_conf
 
-    assert compat.executor_cores(spark, {}.get) == 2
+    assert compat.executor_cores(spark, session_conf(spark)) == 2
     assert compat.executor_cores(spark, {"spark.executor.cores": "6"}.get) == 6
     with pytest.raises(ValueError, match="spark.executor.cores must be an integer, got 'six'"):
         compat.executor_cores(spark, {"spark.executor.cores": "six"}.get)
+
+
+def test_executor_cores_told_by_the_master_url():
+    """What a Spark Connect client assumes without spark.executor.cores."""
+    import os
+
+    from spark_statestore.spark.compat import configured_cores
+
+    assert [configured_cores(m) for m in ("local[2,4]", "local[3]", "local", "local-cluster[2, 3, 1024]")] == [2, 3, 1, 3]
+    assert configured_cores("local[*]") == (os.cpu_count() or 1)
+    assert configured_cores("spark://10.0.0.1:7077") == 1 and configured_cores(None) == 1

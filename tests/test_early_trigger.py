@@ -22,6 +22,12 @@ from spark_statestore.spark import KeyValue, StateStoreMetrics, StoreProcessor, 
 from spark_statestore.spark.driver.session import session_services
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
+
+
+@pytest.fixture(scope="session")
+def spark(classic_spark):
+    """These tests need the driver's JVM (py4j, the shim, accumulators): classic only."""
+    return classic_spark
 CENTURY = "36500 days"  # never elapses: only a wake starts the next batch
 LIMIT = 4096
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]

@@ -29,6 +29,13 @@ from spark_statestore.spark.driver.settings import SIGNAL_PORT, StateStoreSettin
 
 pytestmark = pytest.mark.versioned
 
+
+@pytest.fixture(scope="session")
+def spark(classic_spark):
+    """These tests need the driver's JVM (py4j, the shim, accumulators): classic only."""
+    return classic_spark
+
+
 DRIVER_SCRIPT = Path(__file__).with_name("shim_driver.py")
 
 

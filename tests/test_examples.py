@@ -76,3 +76,65 @@ def test_schema_evolution_restarts_with_a_compatible_schema_then_a_migration(tmp
     assert re.findall(r"\|(\w+) *\|([\d.]+) *\|(\d+) *\|", before) == [
         ("ann", "0.0", "2"), ("bob", "19.0", "3"), ("cy", "9.5", "2")
     ]
+
+
+def _readme_totals() -> type:
+    """The README's `Totals` processor, exactly as the README writes it."""
+    from spark_statestore import Serdes
+    from spark_statestore.spark import KeyValue, StoreProcessor, Window
+
+    with open(os.path.join(os.path.dirname(EXAMPLES), "README.md")) as f:
+        readme = f.read()
+    block = readme[readme.index("class Totals(StoreProcessor):"):]
+    source = block[: block.index("\nprocessor = Totals(")]
+    namespace = {"pd": pd, "Serdes": Serdes, "KeyValue": KeyValue, "Window": Window, "StoreProcessor": StoreProcessor,
+                 "__name__": "readme_totals"}
+    exec(compile(source, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
+    return namespace["Totals"]
+
+
+def test_the_readme_totals_example_in_both_kinds_of_session(spark, tmp_path):
+    """The README's processor, run as the README runs it, in a classic and in a Spark
+    Connect session: its totals equal a batch count of the input, and the state reader
+    reads them back."""
+    import spark_jobs
+
+    spark_jobs.skip_without_tws(spark)
+    inputs, checkpoint = str(tmp_path / "input"), str(tmp_path / "checkpoint")
+    spark_jobs.windowed_counts.generate(inputs, 3, 60, keys=5)
+    spark.conf.set("spark.statestore.localDir", str(tmp_path / "local"))
+    try:
+        processor = _readme_totals()(checkpoint)
+        events = spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
+        query = (
+            events.groupBy("key").transformWithStateInPandas(processor, "key string, total long", "Update", "None")
+            .writeStream.format("parquet").option("path", str(tmp_path / "output"))
+            .option("checkpointLocation", checkpoint).outputMode("append").trigger(availableNow=True).start()
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+        expected = _input(str(tmp_path))["key"].value_counts().to_dict()
+        totals = pd.read_parquet(tmp_path / "output").groupby("key")["total"].max().to_dict()
+        assert totals == expected
+        state = spark.read.format("spark_statestore").option("checkpointLocation", checkpoint).load().toPandas()
+        assert dict(zip(state["key"], state["value"], strict=True)) == expected
+    finally:
+        spark.conf.unset("spark.statestore.localDir")
+
+
+def test_a_store_processor_in_a_connect_session_without_the_operator_says_why(connect_spark, tmp_path):
+    """pyspark 4.0's Spark Connect client has no transformWithStateInPandas: building a
+    processor there fails at once, saying from which version it has (run on 4.0:
+    `./dev test --pyspark 4.0`); with_stores and partition_function still build."""
+    from spark_statestore import Serdes
+    from spark_statestore.errors import StateStoreError
+    from spark_statestore.spark import KeyValue, compat, partition_function, with_stores
+
+    if compat.FACTS.connect_transform_with_state:
+        pytest.skip(f"the Spark Connect client of pyspark {compat.VERSION} has transformWithStateInPandas")
+    with pytest.raises(StateStoreError, match=r"transformWithStateInPandas is in the Spark Connect client from pyspark 4\.1"):
+        _readme_totals()(str(tmp_path / "tws"), spark=connect_spark)
+    stores = [KeyValue("totals", Serdes.string(), Serdes.int64())]
+    assert callable(with_stores(lambda *a: iter(()), str(tmp_path / "aipws"), stores, spark=connect_spark))
+    assert callable(partition_function(lambda *a: iter(()), str(tmp_path / "map"), stores, partitions=2,
+                                       spark=connect_spark))

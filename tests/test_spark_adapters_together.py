@@ -14,7 +14,7 @@ import pytest
 import spark_jobs
 
 from spark_statestore import Serdes
-from spark_statestore.spark import KeyValue, StateStoreMetrics, partition_function, register_reader, with_stores
+from spark_statestore.spark import KeyValue, StateStoreMetrics, compat, partition_function, register_reader, with_stores
 from spark_statestore.spark.driver.session import session_services
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
@@ -47,6 +47,7 @@ def _start(spark, adapter: str, job: str):
     _write_inputs(inputs)
     events = spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
     if adapter == "StoreProcessor":
+        spark_jobs.skip_without_tws(spark)
         out = events.groupBy("key").transformWithStateInPandas(
             spark_jobs.KeyTotals(checkpoint, spark=spark), "key string, total long", "Update", "None"
         )
@@ -117,6 +118,8 @@ def test_adapters_side_by_side(spark, workdir, adapters):
 def test_an_operator_in_a_new_session_after_its_parent_had_one(spark, workdir, adapter):
     """A session made by `newSession()` has services of its own: its operator registers the
     state reader in it although its parent (the active session) registered it already."""
+    if compat.is_connect(spark):
+        pytest.skip("a Spark Connect client has no newSession(); each client session is its own already")
     _check(spark, *_start(spark, adapter, str(workdir / "parent")))
     child = spark.newSession()
     child.conf.set("spark.statestore.localDir", str(workdir / "child-local"))

@@ -19,6 +19,12 @@ from spark_statestore.spark.compat import minors
 pytestmark = pytest.mark.versioned
 
 
+@pytest.fixture(scope="session")
+def spark(classic_spark):
+    """These tests need the driver's JVM (py4j, the shim, accumulators): classic only."""
+    return classic_spark
+
+
 def test_a_changed_worker_order_is_named(monkeypatch):
     from pyspark import worker
 

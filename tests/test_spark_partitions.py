@@ -41,22 +41,25 @@ def run_group_totals(spark, job, **failures):
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     checkpoint = os.path.join(job, "checkpoint")
-    fn = with_stores(spark_jobs.group_totals(**failures), checkpoint, TOTALS)
+    fn = with_stores(spark_jobs.group_totals(checkpoint=checkpoint, **failures), checkpoint, TOTALS)
     out = events(spark, job).groupBy("key").applyInPandasWithState(
-        fn, "key string, total long, batch_id long, calls long", "calls long", "Update", GroupStateTimeout.NoTimeout
+        fn, "key string, total long, batch_id long, calls long", "calls long", "Append", GroupStateTimeout.NoTimeout
     )
-
-    def write(frame, batch_id):  # an idempotent sink: a batch that runs again overwrites its file
-        frame.toPandas().to_parquet(os.path.join(job, "output", f"{batch_id:05d}.parquet"))
-
-    os.makedirs(os.path.join(job, "output"), exist_ok=True)
-    query = (
-        out.writeStream.foreachBatch(write).outputMode("update").option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True).start()
+    query = (  # the file sink writes each batch once (a foreachBatch sink under Spark Connect runs the
+        # batch outside the query's thread, where tasks have no batch id)
+        out.writeStream.format("parquet").option("path", os.path.join(job, "output"))
+        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     )
     query.awaitTermination()
     assert query.exception() is None
     return fn, query
+
+
+def assert_injected(job, raised, killed):
+    """The failures were injected (seen in any kind of session)."""
+    checkpoint = os.path.join(job, "checkpoint")
+    assert spark_jobs.injected(checkpoint, "raised") == raised
+    assert spark_jobs.injected(checkpoint, "killed") == killed
 
 
 def check_group_totals(job):
@@ -79,6 +82,7 @@ def test_group_state_exactly_once_with_task_failures_and_a_killed_worker(spark, 
     windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
     fn, query = run_group_totals(spark, job, raise_in={1}, kill_in={3})
     check_group_totals(job)
+    assert_injected(job, raised={1}, killed={3})
     tasks = StateStoreMetrics(os.path.join(job, "checkpoint")).tasks()
     tasks = tasks[tasks["query_id"] == str(query.id)]
     assert {1, 3} <= set(tasks.query("attempt > 0")["batch_id"])
@@ -105,7 +109,8 @@ def run_partition_totals(spark, job, partitions=2, **failures):
     checkpoint = os.path.join(job, "checkpoint")
     schema = changes_schema("string", "long")
     fn = partition_function(
-        spark_jobs.partition_totals(**failures), checkpoint, TOTALS, partitions=partitions, output_schema=schema
+        spark_jobs.partition_totals(checkpoint=checkpoint, **failures), checkpoint, TOTALS, partitions=partitions,
+        output_schema=schema,
     )
     out = events(spark, job).repartition(partitions, "key").mapInArrow(fn, schema)
     query = (
@@ -144,6 +149,7 @@ def test_partition_changes_exactly_once_with_task_failures_and_a_killed_worker(s
     windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
     fn, query = run_partition_totals(spark, job, raise_in={1}, kill_in={3})
     check_change_stream(job)
+    assert_injected(job, raised={1}, killed={3})
     tasks = StateStoreMetrics(os.path.join(job, "checkpoint")).tasks()
     tasks = tasks[tasks["query_id"] == str(query.id)]
     assert {1, 3} <= set(tasks.query("attempt > 0")["batch_id"])

@@ -6,10 +6,11 @@ errors that name what is wrong."""
 from __future__ import annotations
 
 import collections
+import json
 import os
 import sys
-import threading
 import time
+import uuid
 
 import pandas as pd
 import pytest
@@ -150,25 +151,39 @@ def test_metrics_view(spark, job):
             _metrics(spark, checkpoint, **options)
 
 
+def _wait_for_file(path: str, timeout: float = 120.0) -> bool:
+    """Wait until `path` exists: how a foreachBatch sink and the test tell each other
+    things (the sink runs in the driver of a classic session, on the server under Spark
+    Connect)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_isolation_levels_while_a_batch_is_held_open(spark, job):
-    release = threading.Event()
-    held = threading.Event()
+    if compat.is_connect(spark):
+        pytest.skip("a batch is held in a foreachBatch sink, and Spark Connect runs a foreachBatch DataFrame "
+                    "outside the query's thread: its tasks have no streaming.sql.batchId")
+    held, release = os.path.join(job, "held"), os.path.join(job, "release")
 
     def sink(frame, batch_id):  # the batch's tasks prepared; it commits when this returns
         frame.count()  # runs the batch's tasks
         if batch_id == 1:
-            held.set()
-            release.wait(120)
+            open(held, "w").close()
+            _wait_for_file(release)
 
     checkpoint, query = _run(spark, job, BATCHES[:2], sink=sink, wait=False)
     try:
-        assert held.wait(120), "batch 1 never reached the sink"
+        assert _wait_for_file(held), "batch 1 never reached the sink"
         committed = _read(spark, checkpoint, store="totals", isolationLevel="READ_COMMITTED")
         uncommitted = _read(spark, checkpoint, store="totals", isolationLevel="READ_UNCOMMITTED")
         assert dict(zip(committed["key"], committed["value"], strict=True)) == _totals_after(BATCHES[:1])
         assert dict(zip(uncommitted["key"], uncommitted["value"], strict=True)) == _totals_after(BATCHES[:2])
     finally:
-        release.set()
+        open(release, "w").close()
         query.awaitTermination(120)
     after = _read(spark, checkpoint, store="totals")
     assert dict(zip(after["key"], after["value"], strict=True)) == _totals_after(BATCHES[:2])
@@ -194,15 +209,22 @@ def _change_stream(spark, checkpoint, **options):
 def _collect_changes(stream, reader_checkpoint) -> list:
     """Run the change stream to what is committed now (availableNow): each trigger's
     (batch_id, key, value) rows."""
-    seen = []
+    out = os.path.join(reader_checkpoint + "-triggers", uuid.uuid4().hex)
+    os.makedirs(out)
 
-    def collect(frame, batch_id):
-        seen.append(sorted(map(tuple, frame.select("batch_id", "key", "value").collect())))
+    def collect(frame, batch_id):  # in the driver, or on the server under Spark Connect: a file per trigger
+        rows = sorted(map(tuple, frame.select("batch_id", "key", "value").collect()))
+        with open(os.path.join(out, f"{batch_id:06d}.json"), "w") as f:
+            json.dump(rows, f)
 
     query = stream.writeStream.foreachBatch(collect).option("checkpointLocation", reader_checkpoint).trigger(
         availableNow=True).start()
     query.awaitTermination()
     assert query.exception() is None
+    seen = []
+    for name in sorted(os.listdir(out)):
+        with open(os.path.join(out, name)) as f:
+            seen.append([tuple(row) for row in json.load(f)])
     return [rows for rows in seen if rows]
 
 
@@ -246,29 +268,13 @@ def test_a_row_limit_still_reads_one_whole_batch_per_trigger(spark, job, tmp_pat
 @ADMISSION_CONTROL
 def test_a_stream_of_committed_changes_exactly_once(spark, job, tmp_path):
     checkpoint, _ = _run(spark, job, BATCHES)
-    seen = []
-
-    def collect(frame, batch_id):
-        seen.append((batch_id, sorted(map(tuple, frame.select("batch_id", "key", "value").collect()))))
-
-    stream = (
-        spark.readStream.format("spark_statestore").option("checkpointLocation", checkpoint)
-        .option("store", "totals").option("readChangeFeed", "true").option("maxBatchesPerTrigger", "1").load()
-    )
-    reader_checkpoint = str(tmp_path / "reader-checkpoint")
-    query = stream.writeStream.foreachBatch(collect).option("checkpointLocation", reader_checkpoint).trigger(availableNow=True).start()
-    query.awaitTermination()
-    assert query.exception() is None
-    assert [b for b, rows in seen if rows] == [0, 1, 2]  # one state batch per trigger
-    for n, (_, rows) in enumerate(r for r in seen if r[1]):
+    stream, reader_checkpoint = _change_stream(spark, checkpoint, maxBatchesPerTrigger=1), str(tmp_path / "reader-ck")
+    triggers = _collect_changes(stream, reader_checkpoint)
+    assert len(triggers) == 3  # one state batch per trigger
+    for n, rows in enumerate(triggers):
         assert {batch for batch, _, _ in rows} == {n}
         assert {(k, v) for _, k, v in rows} == {(k, _totals_after(BATCHES[: n + 1])[k]) for k in set(BATCHES[n])}
-    # restarted, the reader goes on where it stopped: nothing twice
-    again = []
-    query = stream.writeStream.foreachBatch(lambda f, b: again.append(f.count())).option(
-        "checkpointLocation", reader_checkpoint).trigger(availableNow=True).start()
-    query.awaitTermination()
-    assert sum(again) == 0
+    assert _collect_changes(stream, reader_checkpoint) == []  # restarted, it goes on where it stopped: nothing twice
 
 
 def test_errors_name_what_is_wrong(spark, job, tmp_path):

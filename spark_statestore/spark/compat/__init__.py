@@ -49,6 +49,9 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
   object its registry (`pyspark.accumulators._accumulatorRegistry`) holds under their id;
   before 4.2 an id it does not hold fails the update, so `accept_task_end_updates` puts a
   discarding accumulator there under the end-of-task hook's id.
+* `CONNECT_TRANSFORM_WITH_STATE` (a capability): the Spark Connect client has
+  `transformWithStateInPandas` from 4.1 (`PysparkMinor.connect_transform_with_state`);
+  `check_connect_operator` says so when a processor is built in a 4.0 Connect session.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from typing import Any
 
 import pyspark
 
+from spark_statestore.errors import StateStoreError
 from spark_statestore.spark.compat import minors, tasks
 from spark_statestore.spark.compat.checks import check_internals
 from spark_statestore.spark.compat.driver import (
@@ -65,7 +69,9 @@ from spark_statestore.spark.compat.driver import (
     drain_listener_bus,
     driver_jvm,
     driver_logger,
+    configured_cores,
     executor_cores,
+    is_connect,
     jvm_session,
     py4j_gateway,
 )
@@ -81,7 +87,9 @@ __all__ = [
     "accept_task_end_updates",
     "active_session",
     "arrow_schema",
+    "check_connect_operator",
     "check_internals",
+    "configured_cores",
     "context_stopped",
     "drain_listener_bus",
     "driver_jvm",
@@ -89,6 +97,7 @@ __all__ = [
     "event_time_watermark",
     "executor_cores",
     "internal_error",
+    "is_connect",
     "jvm_session",
     "minors_with",
     "py4j_gateway",
@@ -110,3 +119,15 @@ def internal_error(name: str, detail: str) -> PysparkInternalError:
 def event_time_watermark(handle: Any) -> int:
     """The batch's event-time watermark from a TWS processor handle (-1: none yet)."""
     return tasks.event_time_watermark(FACTS, handle)
+
+
+def check_connect_operator(spark: Any, operator: str) -> None:
+    """Fail, saying why, when `operator` cannot run in `spark` because its Spark Connect
+    client lacks it (`CONNECT_TRANSFORM_WITH_STATE`)."""
+    if operator == "transformWithStateInPandas" and not FACTS.connect_transform_with_state and is_connect(spark):
+        raise StateStoreError(
+            f"transformWithStateInPandas is in the Spark Connect client from pyspark 4.1 "
+            f"({minors_with('connect_transform_with_state')}); this client is pyspark {VERSION}. "
+            f"Use a classic SparkSession, a newer pyspark client, or with_stores (applyInPandasWithState) "
+            f"or partition_function (mapInArrow) in this session"
+        )

@@ -5,6 +5,7 @@ version and the supported range (never a raw AttributeError from pyspark's modul
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import inspect
 from typing import Any
 
@@ -71,6 +72,32 @@ def _check_tws_handle(facts: PysparkMinor) -> None:
         raise _error("TWS_HANDLE_TIMESTAMPS", f"StatefulProcessorHandle keeps no {facts.tws_client_attribute}")
 
 
+def _check_accumulator_values() -> None:
+    """The worker sends each registered accumulator's `_value` (the end-of-task hook's
+    accumulator, registered by the task itself: `compat.tasks.run_at_task_end`)."""
+    from pyspark import worker_util
+
+    source = _source("WORKER_SENDS_ACCUMULATORS_LAST", worker_util, "send_accumulator_updates")
+    if "._value" not in source or "_accumulatorRegistry" not in source:
+        raise _error("WORKER_SENDS_ACCUMULATORS_LAST", "send_accumulator_updates no longer sends the registry's _value")
+
+
+def _check_connect_client(facts: PysparkMinor) -> None:
+    """Whether the Spark Connect client has transformWithStateInPandas, read from its source
+    (importing it needs the Connect client's dependencies, which a classic install may lack)."""
+    try:  # read as a resource: importing pyspark.sql.connect without its dependencies exits
+        # the process (4.2), and Python workers import pyspark from a zip file
+        source = importlib.resources.files("pyspark").joinpath("sql", "connect", "group.py").read_text()
+        has = "def transformWithStateInPandas(" in source
+    except (AttributeError, TypeError, ImportError, OSError) as e:
+        raise _error("CONNECT_TRANSFORM_WITH_STATE", f"pyspark.sql.connect.group cannot be read: {e}") from None
+    if has != facts.connect_transform_with_state:
+        raise _error(
+            "CONNECT_TRANSFORM_WITH_STATE",
+            f"the Connect client {'has' if has else 'lacks'} GroupedData.transformWithStateInPandas",
+        )
+
+
 def check_internals() -> PysparkMinor:
     """Check the installed pyspark's minor and its internals that can be checked without
     a running Spark; its facts."""
@@ -84,6 +111,8 @@ def check_internals() -> PysparkMinor:
     _check_step_order(
         "UDF_UNPICKLED_IN_TASK", facts, facts.context_then_udfs, "sets the TaskContext before reading the UDFs"
     )
+    _check_accumulator_values()
     _check_read_udfs(facts)
     _check_tws_handle(facts)
+    _check_connect_client(facts)
     return facts

@@ -1,9 +1,12 @@
 """Internals used on the driver: the py4j JVM behind a classic SparkSession, Spark's
-listener bus, log4j and the scheduler's cores."""
+listener bus, log4j and the scheduler's cores. A Spark Connect
+session (`is_connect`) has none of them: what works there asks `spark.conf` only."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 from typing import Any, Callable, Iterator
 
 import pyspark
@@ -13,6 +16,12 @@ from spark_statestore.spark.compat.minors import PysparkInternalError, internal_
 
 def _error(name: str, detail: str) -> PysparkInternalError:
     return internal_error(pyspark.__version__, name, detail)
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect session (a client of a remote driver: no
+    `sparkContext`, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
 def jvm_session(spark: Any) -> Any | None:
@@ -34,7 +43,10 @@ def py4j_gateway(spark: Any) -> Any:
 
 
 def context_stopped(spark: Any) -> bool:
-    """Whether the session's SparkContext was stopped (`SparkContext._jsc` is then None)."""
+    """Whether the session's SparkContext was stopped (`SparkContext._jsc` is then None);
+    for a Spark Connect session, whether the client session was stopped."""
+    if is_connect(spark):
+        return bool(spark.is_stopped)
     return spark.sparkContext._jsc is None
 
 
@@ -45,7 +57,7 @@ def active_session(spark: Any) -> Iterator[None]:
     session's data sources, not those of the session it is made in: a session made by
     `newSession()` is refused a format its parent (the active session) has registered,
     and without it the format is not found in it. Nothing to do without a JVM."""
-    jsession = jvm_session(spark)
+    jsession = None if is_connect(spark) else jvm_session(spark)
     if jsession is None:
         yield
         return
@@ -76,7 +88,7 @@ def drain_listener_bus(spark: Any, timeout_ms: int = 10_000) -> None:
 def driver_logger(spark: Any) -> Callable[[str], None] | None:
     """A function logging INFO lines into the driver's log4j log (None without a JVM,
     as in Spark Connect)."""
-    jvm = getattr(spark.sparkContext, "_jvm", None)
+    jvm = None if is_connect(spark) else getattr(spark.sparkContext, "_jvm", None)
     if jvm is None:
         return None
     try:
@@ -86,16 +98,23 @@ def driver_logger(spark: Any) -> Callable[[str], None] | None:
     return jlogger.info
 
 
+_LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+_LOCAL_CLUSTER_MASTER = re.compile(r"^local-cluster\[\s*\d+\s*,\s*(\d+)\s*,")
+
+
 def executor_cores(spark: Any, get: Callable[[str], str | None]) -> int:
     """Cores of one executor of this session: `spark.executor.cores` when set; in local
     mode the scheduler's cores; else the most cores of a registered executor (1, Spark's
-    default on YARN and Kubernetes, while none has registered)."""
+    default on YARN and Kubernetes, while none has registered). A Spark Connect client
+    cannot ask the scheduler: see `configured_cores`."""
     configured = get("spark.executor.cores")
     if configured:
         try:
             return int(configured)
         except ValueError:
             raise ValueError(f"spark.executor.cores must be an integer, got {configured!r}") from None
+    if is_connect(spark):
+        return configured_cores(get("spark.master"))
     try:
         context = spark.sparkContext._jsc.sc()
         backend = context.schedulerBackend()
@@ -107,3 +126,20 @@ def executor_cores(spark: Any, get: Callable[[str], str | None]) -> int:
     except Exception as e:
         raise _error("EXECUTOR_CORES", f"the scheduler or status store cannot be asked: {e}") from e
     return max(cores, default=1)
+
+
+def configured_cores(master: str | None) -> int:
+    """Executor cores told by the master URL alone (for a Spark Connect client, which can
+    only read the conf): `local[N]` / `local[N,F]` -> N, `local` -> 1, `local[*]` -> the
+    cores of this machine (assumed to be the server's: a local master runs where its
+    client does in practice), `local-cluster[n,C,m]` -> C; any cluster master -> 1
+    (Spark's default executor cores on YARN and Kubernetes; set `spark.executor.cores`
+    on a standalone cluster, whose executors take every core of their worker)."""
+    text = (master or "").strip()
+    local = _LOCAL_MASTER.match(text)
+    if local:
+        cores = local.group(1) or "1"
+        return (os.cpu_count() or 1) if cores == "*" else max(1, int(cores))
+    cluster = _LOCAL_CLUSTER_MASTER.match(text)
+    return max(1, int(cluster.group(1))) if cluster else 1
+

@@ -41,10 +41,13 @@ class PysparkMinor:
     # Spark's offline repartition of a stopped query's checkpoint
     # (`SparkSession._streamingCheckpointManager.repartition`, 4.2+)
     offline_repartition: bool
+    # the Spark Connect client (`pyspark.sql.connect.group.GroupedData`) has
+    # transformWithStateInPandas
+    connect_transform_with_state: bool
 
 
 def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_admission_control: bool,
-           offline_repartition: bool) -> PysparkMinor:
+           offline_repartition: bool, connect_transform_with_state: bool = True) -> PysparkMinor:
     """A minor's facts; what no supported minor changed is the same for all."""
     return PysparkMinor(
         task_function=task_function,
@@ -55,6 +58,7 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_adm
         tws_client_module="pyspark.sql.streaming.stateful_processor_api_client",
         stream_admission_control=stream_admission_control,
         offline_repartition=offline_repartition,
+        connect_transform_with_state=connect_transform_with_state,
     )
 
 
@@ -62,7 +66,7 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_adm
 # pyspark/worker.py and pyspark/sql/streaming/ (the JVM shim checks its own internals: QueryTriggers.java).
 MINORS: dict[str, PysparkMinor] = {
     "4.0": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
-                  offline_repartition=False),
+                  offline_repartition=False, connect_transform_with_state=False),
     "4.1": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
                   offline_repartition=False),
     "4.2": _minor(

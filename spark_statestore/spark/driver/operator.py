@@ -4,8 +4,9 @@
 that the state can be written under the checkpoint location, records the state's layout
 there (stores, serdes, partition count: a query cannot come back with other ones), and
 returns the `OperatorConfig` that travels to the tasks inside the pickled function or
-processor (with where tasks signal the early-trigger governor), and the session's metrics
-collector.
+processor (with where tasks signal the early-trigger governor), and the metrics of the
+checkpoint location (read from the durable task records: the same in a classic and a Spark
+Connect session).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import statestore_dir
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.layout import Layout, record_query_layout
+from spark_statestore.spark import compat
 from spark_statestore.spark.declarations import Declaration, KeyValue, Window
 from spark_statestore.spark.driver.evolution import evolve_declarations
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
@@ -90,13 +92,15 @@ def build_operator(
     operator: str,
     spark: Any = None,
     partitions: int | None = None,
-) -> tuple[OperatorConfig, StateStoreMetrics]:
-    """Build, on the driver, what tasks of an operator need to open their state."""
+) -> tuple[OperatorConfig, StateStoreMetrics | None]:
+    """Build, on the driver (or a Spark Connect client), what tasks of an operator need to
+    open their state."""
     from pyspark.sql import SparkSession
 
     spark = spark or SparkSession.getActiveSession()
     if spark is None:
         raise StateStoreError("building a stateful operator needs an active SparkSession on the driver")
+    compat.check_connect_operator(spark, operator)
     settings = StateStoreSettings.from_spark(spark)
     declarations = declarations_of(stores)
     check_checkpoint_location(checkpoint_location)

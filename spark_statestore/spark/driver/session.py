@@ -6,6 +6,10 @@
 
 `session_services(spark)` makes them once per session, on the driver, when the first
 operator is built; a session that stopped is forgotten (and its server closed).
+
+A Spark Connect session is a client of a remote driver: it has no accumulators and no
+JVM here to load the shim into, so its services are the state reader's registration
+alone (`metrics` and `governor` are None, tasks get no signal target).
 """
 
 from __future__ import annotations

@@ -85,6 +85,15 @@ def parse_local_dir(key: str, value: str | None) -> str | None:
     return value
 
 
+def session_conf(spark: Any) -> Callable[[str], str | None]:
+    """A lookup of a session's configuration keys (None: not set)."""
+
+    def get(key: str) -> str | None:
+        return spark.conf.get(key, None)
+
+    return get
+
+
 @dataclass(frozen=True)
 class Setting:
     """One `spark.statestore.*` key: its default (as Spark would hold it, or None: unset)
@@ -156,13 +165,9 @@ class StateStoreSettings:
 
     @classmethod
     def from_spark(cls, spark: Any) -> "StateStoreSettings":
-        """Settings of a SparkSession (session conf first, then the SparkContext's)."""
-        context_conf = spark.sparkContext.getConf()
-
-        def get(key: str) -> str | None:
-            found = spark.conf.get(key, None)
-            return found if found is not None else context_conf.get(key, None)
-
+        """Settings of a SparkSession, classic or Spark Connect, read through `spark.conf`
+        alone (a session's conf holds what its SparkConf was started with, too)."""
+        get = session_conf(spark)
         return cls.from_conf(get, session_task_slots(spark, get))
 
     def cache_bytes_per_task(self) -> int:

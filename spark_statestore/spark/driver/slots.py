@@ -6,7 +6,9 @@ one task at a time, so a task's share is the budget divided by the executor's ta
 slots: its cores divided by `spark.task.cpus`. The cores are Spark's own answer, asked on
 the driver when an operator is built (`compat.executor_cores`): `spark.executor.cores`
 when set, the local scheduler's cores in local mode, else the cores of the executors
-registered so far.
+registered so far. A Spark Connect client cannot ask the scheduler: without
+`spark.executor.cores` it takes the cores the master URL tells (`local[N]` -> N) and
+assumes 1 on a cluster (`compat.configured_cores`).
 """
 
 from __future__ import annotations

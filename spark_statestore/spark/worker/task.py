@@ -30,7 +30,9 @@ def current_task() -> TaskInfo | None:
     if batch is None:
         raise RuntimeError(
             f"spark_statestore state is only available in streaming queries: this task has no "
-            f"{compat.BATCH_ID_PROPERTY} (was the DataFrame read with spark.read instead of spark.readStream?)"
+            f"{compat.BATCH_ID_PROPERTY} (was the DataFrame read with spark.read instead of spark.readStream? "
+            f"Or is the operator run by a foreachBatch function of a Spark Connect session, which runs the "
+            f"batch's DataFrame outside the query? Write to another sink there)"
         )
     return TaskInfo(
         batch_id=int(batch),
