@@ -16,6 +16,14 @@ from spark_statestore.spark.signals import CROSSING
 pytestmark = pytest.mark.versioned
 
 
+@pytest.fixture(scope="session")
+def spark(classic_spark):
+    """These tests talk to the driver's JVM through py4j (the shim's receiver and state):
+    classic sessions only; the Connect side is tested by a Connect server with the plugin
+    (test_early_trigger_shim)."""
+    return classic_spark
+
+
 @pytest.fixture(scope="module")
 def session(spark):
     child = shim_session(spark)

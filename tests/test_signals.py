@@ -33,6 +33,14 @@ def signal(kind: int = CROSSING, batch: int = 7, attempt_id: int = 40, query: st
     return Signal(kind, query or f"query-{uuid.uuid4()}", batch, 3, attempt_id, 70 << 20, 64 << 20)
 
 
+@pytest.fixture(scope="session")
+def spark(classic_spark):
+    """These tests talk to the driver's JVM through py4j (the shim's receiver and state):
+    classic sessions only; the Connect side is tested by a Connect server with the plugin
+    (test_early_trigger_shim)."""
+    return classic_spark
+
+
 @pytest.fixture(scope="module")
 def receiver(spark):
     """The driver's receiver, started in a session of its own; `counted(n)` waits until it

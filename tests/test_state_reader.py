@@ -130,7 +130,9 @@ def test_metrics_view(spark, job):
     state = StateLocation.open(checkpoint)
     assert batches["rows_written"].tolist() == [change_count(state, n) for n in range(3)]  # the changelogs' trailers
     assert (batches["query_id"] == str(query.id)).all() and (batches["partitions"] == 2).all()
-    assert batches["rows_dropped_by_watermark"].isna().all() and (batches["early_triggers"] == 0).all()
+    # no row is late and no batch crosses the limit (the JVM shim's per-batch facts, where it
+    # runs, say 0; without it they are unknown)
+    assert batches["rows_dropped_by_watermark"].fillna(0).eq(0).all() and (batches["early_triggers"] == 0).all()
     recent = StateStoreMetrics(checkpoint).recent()
     assert list(batches.columns) == list(recent.columns)
     for column in recent.columns:
