@@ -127,6 +127,23 @@ def connect_spark(connect_server):
     session.stop()
 
 
+# pyspark marks the whole process as a Spark Connect client (these environment variables)
+# once a Connect session is made: classic sessions and the Spark drivers tests start as
+# subprocesses must not inherit that mark
+_CONNECT_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+
+
+@pytest.fixture(autouse=True)
+def _connect_mode_only_in_connect_tests(request):
+    callspec = getattr(request.node, "callspec", None)
+    if (callspec is not None and callspec.params.get("spark") == "connect") or "connect_spark" in request.fixturenames:
+        yield
+        return
+    saved = {name: os.environ.pop(name) for name in _CONNECT_MODE if name in os.environ}
+    yield
+    os.environ.update(saved)
+
+
 @pytest.fixture(scope="session", params=["classic", "connect"])
 def spark(request):
     """Every Spark test runs in a classic session and in a Spark Connect session (the
