@@ -123,25 +123,34 @@ def connect_server(tmp_path_factory):
 def connect_spark(connect_server):
     """A Spark Connect session of the test run's Connect server."""
     session = connect_server.session()
+    _put_aside_connect_mode()  # set again for each Connect test
     yield session
     session.stop()
 
 
 # pyspark marks the whole process as a Spark Connect client (these environment variables)
-# once a Connect session is made: classic sessions and the Spark drivers tests start as
-# subprocesses must not inherit that mark
+# when a Connect session is made; classic sessions and the Spark drivers tests start as
+# subprocesses must not inherit that mark: it is set only while a Connect test runs
 _CONNECT_MODE = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")
+_connect_mode: dict[str, str] = {}
+
+
+def _put_aside_connect_mode() -> None:
+    for name in _CONNECT_MODE:
+        if name in os.environ:
+            _connect_mode[name] = os.environ.pop(name)
 
 
 @pytest.fixture(autouse=True)
 def _connect_mode_only_in_connect_tests(request):
     callspec = getattr(request.node, "callspec", None)
-    if (callspec is not None and callspec.params.get("spark") == "connect") or "connect_spark" in request.fixturenames:
-        yield
-        return
-    saved = {name: os.environ.pop(name) for name in _CONNECT_MODE if name in os.environ}
+    connect = (callspec is not None and callspec.params.get("spark") == "connect") or (
+        "connect_spark" in request.fixturenames
+    )
+    if connect:
+        os.environ.update(_connect_mode)
     yield
-    os.environ.update(saved)
+    _put_aside_connect_mode()
 
 
 @pytest.fixture(scope="session", params=["classic", "connect"])
