@@ -16,17 +16,10 @@ from spark_statestore.spark.signals import CROSSING
 pytestmark = pytest.mark.versioned
 
 
-@pytest.fixture(scope="session")
-def spark(classic_spark):
-    """These tests talk to the driver's JVM through py4j (the shim's receiver and state):
-    classic sessions only; the Connect side is tested by a Connect server with the plugin
-    (test_early_trigger_shim)."""
-    return classic_spark
-
-
 @pytest.fixture(scope="module")
-def session(spark):
-    child = shim_session(spark)
+def session(classic_spark):
+    """py4j to the driver's JVM: a classic session (Connect: test_early_trigger_shim)."""
+    child = shim_session(classic_spark)
     yield child
     for query in child.streams.active:
         query.stop()

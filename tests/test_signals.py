@@ -33,21 +33,13 @@ def signal(kind: int = CROSSING, batch: int = 7, attempt_id: int = 40, query: st
     return Signal(kind, query or f"query-{uuid.uuid4()}", batch, 3, attempt_id, 70 << 20, 64 << 20)
 
 
-@pytest.fixture(scope="session")
-def spark(classic_spark):
-    """These tests talk to the driver's JVM through py4j (the shim's receiver and state):
-    classic sessions only; the Connect side is tested by a Connect server with the plugin
-    (test_early_trigger_shim)."""
-    return classic_spark
-
-
 @pytest.fixture(scope="module")
-def receiver(spark):
+def receiver(classic_spark):
     """The driver's receiver, started in a session of its own; `counted(n)` waits until it
     handled `n` more datagrams than when the test began and returns the counters' changes."""
     from spark_statestore.spark.driver import jvm
 
-    session = spark.newSession()
+    session = classic_spark.newSession()
     assert jvm.activate_shim(session).available
     target = SignalTarget.parse(session.conf.get(TARGET_KEY), session.conf.get(SECRET_KEY))
     return session, target
