@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sys
@@ -122,8 +123,7 @@ def connect_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def connect_spark(connect_server):
     """A Spark Connect session of the test run's Connect server."""
-    session = connect_server.session()
-    _put_aside_connect_mode()  # set again for each Connect test
+    session = connect_server.session()  # marks the process: put aside after this test phase
     yield session
     session.stop()
 
@@ -141,16 +141,41 @@ def _put_aside_connect_mode() -> None:
             _connect_mode[name] = os.environ.pop(name)
 
 
-@pytest.fixture(autouse=True)
-def _connect_mode_only_in_connect_tests(request):
-    callspec = getattr(request.node, "callspec", None)
-    connect = (callspec is not None and callspec.params.get("spark") == "connect") or (
-        "connect_spark" in request.fixturenames
+def _is_connect_test(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return (callspec is not None and callspec.params.get("spark") == "connect") or (
+        "connect_spark" in getattr(item, "fixturenames", ())
     )
-    if connect:
+
+
+@contextlib.contextmanager
+def _connect_mode_of(item: pytest.Item):
+    """The Connect mark during each phase of a Connect test, its module and class fixtures
+    included (they are set up inside the first test's setup), and never otherwise."""
+    if _is_connect_test(item):
         os.environ.update(_connect_mode)
-    yield
-    _put_aside_connect_mode()
+    try:
+        yield
+    finally:
+        _put_aside_connect_mode()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    with _connect_mode_of(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _connect_mode_of(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    with _connect_mode_of(item):
+        yield
 
 
 @pytest.fixture(scope="session", params=["classic", "connect"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import time
 from typing import Any
 
 import pandas as pd
@@ -32,8 +33,10 @@ def generate(input_dir: str, files: int) -> None:
     """File n: event times from n*10 s + 1 s (0 is not after the first watermark); key k<i>
     has 1 + (n + i) % 3 rows where (n * (i + 1)) % 4 != 1 (so keys skip batches); k6 is in
     files 0 and 5 only (its entry is deleted as expired in a batch without it: an `expire`
-    in the change feed that does not depend on Spark running a last batch without data)."""
+    in the change feed that does not depend on Spark running a last batch without data).
+    Files are read in their order (modification times a second apart)."""
     os.makedirs(input_dir, exist_ok=True)
+    start = int(time.time())
     for n in range(files):
         rows = [
             (f"k{i}", n * 10_000 + 1_000 + j)
@@ -43,7 +46,13 @@ def generate(input_dir: str, files: int) -> None:
         ]
         temp = os.path.join(input_dir, f".{n:05d}.json.tmp")
         pd.DataFrame(rows, columns=["key", "ts"]).to_json(temp, orient="records", lines=True)
-        os.replace(temp, os.path.join(input_dir, f"{n:05d}.json"))
+        path = os.path.join(input_dir, f"{n:05d}.json")
+        os.replace(temp, path)
+        # the file source orders files by modification time (milliseconds): files written
+        # within one millisecond may be read in any order, and a file read after a later one
+        # is late data; a second apart, the batches follow the files
+        stamp = start - files + n
+        os.utime(path, (stamp, stamp))
 
 
 def _batch_id() -> int:
