@@ -193,3 +193,23 @@ def test_the_arrow_schema_of_a_ddl(spark, monkeypatch):
     monkeypatch.delattr(types, "to_arrow_schema")
     with pytest.raises(compat.PysparkInternalError, match="ARROW_SCHEMA.*to_arrow_schema is gone"):
         compat.arrow_schema("key string")
+
+
+@pytest.mark.spark
+def test_a_connect_client_exits_quietly_once_its_session_stopped(connect_server):
+    """The batch log's listener outlives a stopped Connect session until the interpreter
+    exits: its exit handler must not try to reach the gone session."""
+    code = (
+        "from pyspark.sql import SparkSession\n"
+        "from spark_statestore.spark.driver.session import session_services\n"
+        f"spark = SparkSession.builder.remote({connect_server.url!r}).getOrCreate()\n"
+        "services = session_services(spark)\n"
+        "spark.stop()\n"
+        "assert services.stopped\n"
+        "print('stopped')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "stopped"
+    assert "Failed to remove the listener" not in done.stderr, done.stderr[-3000:]

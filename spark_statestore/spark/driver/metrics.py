@@ -134,8 +134,9 @@ class BatchLog:
 
     @property
     def stopped(self) -> bool:
-        """Whether this log stopped listening, or its SparkContext is gone."""
-        return self._stopped or (compat.jvm_session(self.spark) is not None and compat.context_stopped(self.spark))
+        """Whether this log stopped listening, or its session is gone (a classic session's
+        SparkContext, a Connect client's session: nothing left to remove the listener from)."""
+        return self._stopped or compat.context_stopped(self.spark)
 
     def stop(self) -> None:
         """Stop listening. Events Spark already queued are delivered first, so no call
