@@ -13,7 +13,6 @@ from shim_queries import LIMIT, FileStream, Held, batches, early, gate, report, 
 
 from spark_statestore.spark.signals import CROSSING
 
-pytestmark = pytest.mark.versioned
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +24,7 @@ def session(classic_spark):
         query.stop()
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_the_first_crossing_in_flight_wakes_the_query_once(session, tmp_path):
     from spark_statestore.spark.driver.jvm import query_trigger, wake
@@ -149,6 +149,7 @@ def test_a_batch_re_run_after_a_restart_in_the_same_session_is_woken(session, tm
     restarted.stop()
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_every_batch_has_a_file_with_what_the_driver_saw(session, tmp_path):
     """Queries of any trigger whose checkpoint holds our state get a file per batch: its

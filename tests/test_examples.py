@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.versioned]
+pytestmark = pytest.mark.spark
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
@@ -93,6 +93,7 @@ def _readme_totals() -> type:
     return namespace["Totals"]
 
 
+@pytest.mark.versioned
 def test_the_readme_totals_example_in_both_kinds_of_session(spark, tmp_path):
     """The README's processor, run as the README runs it, in a classic and in a Spark
     Connect session: its totals equal a batch count of the input, and the state reader
@@ -122,6 +123,7 @@ def test_the_readme_totals_example_in_both_kinds_of_session(spark, tmp_path):
         spark.conf.unset("spark.statestore.localDir")
 
 
+@pytest.mark.versioned
 def test_a_store_processor_in_a_connect_session_without_the_operator_says_why(connect_spark, tmp_path):
     """pyspark 4.0's Spark Connect client has no transformWithStateInPandas: building a
     processor there fails at once, saying from which version it has (run on 4.0:

@@ -17,7 +17,7 @@ from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StateStoreMetrics, compat, partition_function, register_reader, with_stores
 from spark_statestore.spark.driver.session import session_services
 
-pytestmark = [pytest.mark.spark, pytest.mark.versioned]
+pytestmark = pytest.mark.spark
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
 BATCHES = [["a", "b", "a"], ["b", "c", "d", "d"]]
 PARTITIONS = 2  # the session's spark.sql.shuffle.partitions, and partition_function's

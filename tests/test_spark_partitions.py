@@ -16,7 +16,7 @@ from spark_batches import cumulative_counts
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StateStoreMetrics, changes_schema, partition_function, with_stores
 
-pytestmark = [pytest.mark.spark, pytest.mark.versioned]
+pytestmark = pytest.mark.spark
 windowed_counts = spark_jobs.windowed_counts
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
 
@@ -78,6 +78,7 @@ def check_group_totals(job):
     assert calls == output.groupby("key").size().to_dict()
 
 
+@pytest.mark.versioned
 def test_group_state_exactly_once_with_task_failures_and_a_killed_worker(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
     fn, query = run_group_totals(spark, job, raise_in={1}, kill_in={3})
@@ -145,6 +146,7 @@ def check_change_stream(job, deduplicated=True):
         previous = totals
 
 
+@pytest.mark.versioned
 def test_partition_changes_exactly_once_with_task_failures_and_a_killed_worker(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
     fn, query = run_partition_totals(spark, job, raise_in={1}, kill_in={3})

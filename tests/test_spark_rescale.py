@@ -27,7 +27,6 @@ from test_spark_partitions import (  # noqa: F401 (job: the fixture)
 )
 
 windowed_counts = spark_jobs.windowed_counts
-pytestmark = pytest.mark.versioned
 
 
 def _state(spark, checkpoint: str, batch: int | None = None) -> pd.DataFrame:
@@ -49,6 +48,7 @@ def _check_state(spark, checkpoint: str, batch: int, partitions: int) -> None:
     assert wrong == 0
 
 
+@pytest.mark.versioned
 def test_partition_function_on_4_then_7_then_2_partitions(spark, job):
     inputs, checkpoint = os.path.join(job, "input"), os.path.join(job, "checkpoint")
     windowed_counts.generate(inputs, 3, 80, keys=12)
@@ -117,6 +117,7 @@ def _check_totals(job: str, checkpoint: str) -> None:
         assert all(expected[batch][k] == t for k, t in zip(rows["key"], rows["total"])), f"batch {batch}"
 
 
+@pytest.mark.versioned
 @pytest.mark.skipif(not compat.FACTS.offline_repartition, reason="Spark's offline repartition needs pyspark 4.2+")
 @pytest.mark.parametrize("ours_first", [True, False])
 def test_group_state_with_sparks_own_repartition_in_either_order(spark, job, ours_first):

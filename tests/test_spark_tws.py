@@ -18,7 +18,7 @@ import windowed_reference
 from spark_statestore.partition import PartitionState, WorkerResources
 from spark_statestore.spark import KeyValue, StoreProcessor
 
-pytestmark = [pytest.mark.spark, pytest.mark.versioned]
+pytestmark = pytest.mark.spark
 windowed_counts = spark_jobs.windowed_counts
 
 
@@ -57,6 +57,7 @@ def tasks_of(processor, query):
     return tasks[tasks["query_id"] == str(query.id)]
 
 
+@pytest.mark.versioned
 def test_windowed_counts_match_the_batch_reference(spark, job, caplog):
     import logging
 
@@ -79,6 +80,7 @@ def test_windowed_counts_match_the_batch_reference(spark, job, caplog):
     assert any(r.getMessage().startswith(line) for r in caplog.records), line  # the log line, from the same records
 
 
+@pytest.mark.versioned
 def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 7, 120, keys=6)
     processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), raise_in={1, 4})
@@ -93,6 +95,7 @@ def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):
     assert tasks.groupby(["batch_id", "partition"]).size().max() == 1  # one attempt counted once
 
 
+@pytest.mark.versioned
 def test_exactly_once_when_a_python_worker_is_killed_mid_batch(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 7, 120, keys=6)
     processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), kill_in={2, 5})
@@ -104,6 +107,7 @@ def test_exactly_once_when_a_python_worker_is_killed_mid_batch(spark, job):
         assert {2, 5} <= set(tasks.query("attempt > 0")["batch_id"])
 
 
+@pytest.mark.versioned
 def test_exactly_once_across_stop_and_restart(spark, job):
     inputs = os.path.join(job, "input")
     windowed_counts.generate(inputs, 4, 120, keys=6)

@@ -20,7 +20,7 @@ from spark_statestore import Serdes
 from spark_statestore.partition.reading import StateLocation, change_count
 from spark_statestore.spark import KeyValue, Window, compat, partition_function, register_reader
 
-pytestmark = [pytest.mark.spark, pytest.mark.versioned]
+pytestmark = pytest.mark.spark
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
 WINDOWS = [Window("counts", 100_000, 10_000, key_serde=Serdes.string(), value_serde=Serdes.int64(), clock="records")]
@@ -81,6 +81,7 @@ def _read(spark, checkpoint, source="spark_statestore", **options):
     return reader.load().toPandas()
 
 
+@pytest.mark.versioned
 def test_records_time_travel_and_the_change_feed(spark, job):
     checkpoint, _ = _run(spark, job, BATCHES)
     state = _read(spark, checkpoint, store="totals")
@@ -105,6 +106,7 @@ def test_window_stores_have_window_columns(spark, job):
     assert (windows["window_end"] - windows["window_start"] == 10_000).all()
 
 
+@pytest.mark.versioned
 def test_metadata_view(spark, job):
     checkpoint, _ = _run(spark, job, BATCHES)
     meta = spark.read.format("spark_statestore_metadata").option("checkpointLocation", checkpoint).load().toPandas()
@@ -119,6 +121,7 @@ def _metrics(spark, checkpoint, **options):
     return _read(spark, checkpoint, source="spark_statestore_metrics", **options)
 
 
+@pytest.mark.versioned
 def test_metrics_view(spark, job):
     """The metrics format gives `StateStoreMetrics(checkpoint)`'s rows, read on an executor
     from the checkpoint alone; its options are checked, naming the option and the value."""
@@ -249,6 +252,7 @@ def test_a_stream_of_every_committed_change_exactly_once(spark, job, tmp_path):
     compat.FACTS.stream_admission_control,
     reason=f"stream_admission_control: pyspark {compat.VERSION} has admission control, nothing is refused",
 )
+@pytest.mark.versioned
 @pytest.mark.parametrize("name", ["maxBatchesPerTrigger", "maxRowsPerTrigger"])
 def test_admission_options_are_refused_without_admission_control(spark, job, tmp_path, name):
     checkpoint, _ = _run(spark, job, BATCHES[:1])
@@ -268,6 +272,7 @@ def test_a_row_limit_still_reads_one_whole_batch_per_trigger(spark, job, tmp_pat
 
 
 @ADMISSION_CONTROL
+@pytest.mark.versioned
 def test_a_stream_of_committed_changes_exactly_once(spark, job, tmp_path):
     checkpoint, _ = _run(spark, job, BATCHES)
     stream, reader_checkpoint = _change_stream(spark, checkpoint, maxBatchesPerTrigger=1), str(tmp_path / "reader-ck")
@@ -279,6 +284,7 @@ def test_a_stream_of_committed_changes_exactly_once(spark, job, tmp_path):
     assert _collect_changes(stream, reader_checkpoint) == []  # restarted, it goes on where it stopped: nothing twice
 
 
+@pytest.mark.versioned
 def test_errors_name_what_is_wrong(spark, job, tmp_path):
     empty = str(tmp_path / "nothing-here")
     os.makedirs(empty)
