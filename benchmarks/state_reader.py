@@ -6,7 +6,8 @@ over `--partitions` partitions, written by the partition state as one batch and 
 committed in a commit log, with a snapshot so a reader restores a snapshot plus one
 changelog. The same records are also written as parquet files (one per partition).
 Both are read by Spark with `local[2]` and aggregated (`count` and `sum(value)`), best of
-three.
+three. The change feed of both batches (every change: 1.1x the records) is timed the
+same way, for its own rows per second.
 
     python benchmarks/state_reader.py [--records N] [--partitions P]
 """
@@ -108,6 +109,10 @@ def main() -> None:
             lambda: spark.read.format("spark_statestore").option("checkpointLocation", location).option("store", "totals").load()
         )
         parquet_s, parquet_result = timed(lambda: spark.read.parquet(parquet))
+        changes_s, (changes, _) = timed(
+            lambda: spark.read.format("spark_statestore").option("checkpointLocation", location)
+            .option("store", "totals").option("readChangeFeed", "true").option("changeStartBatchId", "0").load()
+        )
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -116,6 +121,7 @@ def main() -> None:
     rows = [
         ["state reader (snapshot + changelog per partition)", args.records / state_s],
         ["parquet", args.records / parquet_s],
+        ["state change feed (batches 0 and 1, every change)", changes / changes_s],
     ]
     print(f"\n{args.records:,} records, {args.partitions} partitions, local[2], best of 3")
     print_table(["read", "rows/s"], rows)

@@ -36,7 +36,8 @@ def _spark_commit(checkpoint: str, batch: int) -> None:
 
 def _deliver(reader: ChangeStreamReader, start: dict) -> tuple[dict, list]:
     end = reader.latestOffset()
-    rows = [row for part in reader.partitions(start, end) for row in reader.read(part)]
+    batches = [batch for part in reader.partitions(start, end) for batch in reader.read(part)]
+    rows = [tuple(row.values()) for batch in batches for row in batch.to_pylist()]
     reader.commit(end)
     return end, rows
 

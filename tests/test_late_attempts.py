@@ -113,6 +113,10 @@ def test_time_travel_to_the_batch_gets_the_attempt_the_next_batch_built_on(dirs,
     for version in (3, 4):
         with VersionReader(location, 0, version, location.committed_batch()) as reader:
             assert dict(reader.records(spec))[b"attempt"] == b"B", version
+        with VersionReader(location, 0, version, location.committed_batch(), merge_records=1 << 20) as bulk:
+            chunks = list(bulk.columns(spec))
+            found = {k: v for c in chunks for k, v in zip(c.keys.to_pylist(), c.values.to_pylist())}
+            assert found[b"attempt"] == b"B", version  # the bulk reader follows the same chain
     assert [c.value for c in changes(location, 0, spec, 3, 3) if c.key == b"attempt"] == [b"B"]
 
 

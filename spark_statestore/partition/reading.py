@@ -32,16 +32,17 @@ from spark_statestore.checkpoint.names import (
     statestore_dir,
 )
 from spark_statestore.errors import MissingStateError, StateStoreError
+from spark_statestore.partition.columnar import CHUNK, ChangeColumns, StoreColumns, changelog_columns, store_columns
 from spark_statestore.partition.generations import serving
 from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import VersionId
+from spark_statestore.partition.history import DurableHistory
+from spark_statestore.partition.plan import RestorePlan
 from spark_statestore.partition.recovery import Recovery
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
-from spark_statestore.serde import unescape
-from spark_statestore.stores.ttl import decode_changes, with_ttl
-from spark_statestore.stores.window_layout import start_of
+from spark_statestore.stores.ttl import with_ttl
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
 from spark_statestore.txn.database import TransactionalDatabase
 
@@ -134,9 +135,45 @@ def uncommitted_version(state: StateLocation, partition: int, committed: int) ->
     return committed + 1 if committed + 1 in changelogs else committed
 
 
+MERGE_RECORDS = 1 << 20  # changelog records a bulk read merges in memory (beyond: written to its copy)
+
+
+class _KeepChangelogs(Recovery):
+    """A `Recovery` that verifies the changelogs after its base (the same plan and checks)
+    and keeps up to `limit` of their records aside instead of writing them; past that it
+    writes what it kept, in order, and every later changelog (memory stays bounded)."""
+
+    def __init__(self, *args: Any, limit: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limit = limit
+        self.kept: list[tuple[Changelog, VersionId, str]] = []
+        self.kept_records = 0
+        self.writing = False
+
+    def _apply(self, history: DurableHistory, db: TransactionalDatabase, plan: RestorePlan) -> VersionId:
+        self.kept, self.kept_records, self.writing = [], 0, False  # a listing again starts over
+        return super()._apply(history, db, plan)
+
+    def _write_changelog(
+        self, db: TransactionalDatabase, changelog: Changelog, applied: VersionId, where: str
+    ) -> None:
+        if self.limit and not self.writing and self.kept_records + changelog.records <= self.limit:
+            self.kept.append((changelog, applied, where))
+            self.kept_records += changelog.records
+            return
+        self.writing = True
+        for kept in self.kept:
+            super()._write_changelog(db, *kept)
+        self.kept = []
+        super()._write_changelog(db, changelog, applied, where)
+
+
 class VersionReader:
     """One partition's state at one version, rebuilt privately (a context manager: the
-    private copy is deleted on exit)."""
+    private copy is deleted on exit). With `merge_records`, up to that many records of the
+    changelogs after the snapshot the version is built from are not written into the copy
+    but merged by `columns` in bulk (verified the same way; no RocksDB writes, flushes or
+    compactions for them); `records` needs them written (`merge_records=0`)."""
 
     def __init__(
         self,
@@ -145,6 +182,7 @@ class VersionReader:
         version: int,
         committed: int | None = None,
         workdir: str | None = None,
+        merge_records: int = 0,
     ) -> None:
         self.state = state
         self.partition = partition
@@ -153,10 +191,12 @@ class VersionReader:
         self._workdir = tempfile.mkdtemp(prefix="statestore-reader-", dir=workdir)
         self.db: TransactionalDatabase | None = None
         self.loaded: VersionId | None = None
+        self.merge_records = merge_records
+        self.pending: list[Changelog] = []  # verified changelogs not written to `db`, in order
 
     def __enter__(self) -> "VersionReader":
         local = LocalPartitionDir(self._workdir, self.state.location, self.partition)
-        recovery = Recovery(
+        recovery = _KeepChangelogs(
             self.state.durable(self.partition),
             local,
             self.partition,
@@ -165,9 +205,11 @@ class VersionReader:
             lambda: TransactionalDatabase(local.db_path, wal=False, uncommitted_max_bytes=-1, replayable=True),
             PartitionMetrics(),
             chunk_bytes=DEFAULT_CHUNK_BYTES,
+            limit=self.merge_records,
         )
         try:
             self.db, self.loaded = recovery.load(self.version, self.committed)
+            self.pending = [changelog for changelog, _, _ in recovery.kept]
         except MissingStateError as e:
             changelogs, snapshots = self.state.versions(self.partition)
             raise MissingStateError(
@@ -182,15 +224,24 @@ class VersionReader:
     def records(self, spec: StoreSpec) -> Iterator[tuple[Any, ...]]:
         """`(key bytes, value bytes)` of a key-value store, or `(key, value, window_start)`
         of a window store (live windows only, as the store serves them)."""
-        db = self.db
-        if db is None:
-            raise StateStoreError("the version is not loaded (use VersionReader as a context manager)")
-        store = db.open_store(spec)
+        if self.pending:
+            raise StateStoreError("records() reads a copy with its changelogs written (merge_records=0)")
+        store = self._loaded().open_store(spec)
         if spec.window_spec is None:
             yield from with_ttl(store, spec.ttl).all()  # TTL: live entries, on the version's clock
             return
         for windowed, value in store.all():
             yield windowed.key, value, windowed.window.start
+
+    def columns(self, spec: StoreSpec, chunk: int = CHUNK) -> Iterator[StoreColumns]:
+        """The same records as `records`, in the same order, as Arrow columns `chunk`
+        records at a time, read in bulk (see `columnar`)."""
+        return store_columns(self._loaded(), spec, chunk, self.pending)
+
+    def _loaded(self) -> TransactionalDatabase:
+        if self.db is None:
+            raise StateStoreError("the version is not loaded (use VersionReader as a context manager)")
+        return self.db
 
     def __exit__(self, *exc: object) -> None:
         if self.db is not None:
@@ -216,14 +267,14 @@ class ChangeRecord:
     window_start: int | None
 
 
-def changes(
+def change_columns(
     state: StateLocation, partition: int, spec: StoreSpec, start: int, end: int, workdir: str | None = None
-) -> Iterator[ChangeRecord]:
-    """The changes of store `spec` in batches `start`..`end` of a partition, from the
-    durable changelogs (each verified before a record is read). Where a batch has
-    set-aside changelogs, the one the next committed batch built on is read; durable
-    versions above Spark's newest commit (a rolled-back run's) decide nothing (without a
-    commit log: the newest durable version decides)."""
+) -> Iterator[ChangeColumns]:
+    """The changes of store `spec` in batches `start`..`end` of a partition as Arrow
+    columns, from the durable changelogs (each verified before a record is read). Where a
+    batch has set-aside changelogs, the one the next committed batch built on is read;
+    durable versions above Spark's newest commit (a rolled-back run's) decide nothing
+    (without a commit log: the newest durable version decides)."""
     state = state.at_batch(start)
     rescaled = state.at_batch(end).generation_number
     if rescaled != state.generation_number:
@@ -250,31 +301,22 @@ def changes(
             name = chain.get(version, (changelog_name(version), 0))[0]
             durable.download(name, path)
             changelog = Changelog(path, version, partition, source=f"{durable.uri(name)} of partition {partition}")
-            yield from _changes_of(changelog, spec, version)
+            yield from changelog_columns(changelog, spec, version)
             os.remove(path)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _changes_of(changelog: Changelog, spec: StoreSpec, version: int) -> Iterator[ChangeRecord]:
-    if spec.ttl is not None:
-        mine = lambda: ((key, value) for store, key, value in changelog.entries() if store == spec.name)  # noqa: E731
-        for change, key, value in decode_changes(mine):
-            yield ChangeRecord(version, change, key, value, None)
-        return
-    window = spec.window_spec
-    for lo, hi in changelog.ranges().get(spec.name, ()):
-        if window is not None and lo == b"":  # expiry: one range deletion below a window start
-            yield ChangeRecord(version, "expire", None, None, start_of(hi))
-    for store, key, value in changelog.entries():
-        if store != spec.name:
-            continue
-        change = "delete" if value is None else "put"
-        if window is None:
-            yield ChangeRecord(version, change, key, value, None)
-        elif key[:1] < b"\x80":  # window records; keys from 0xff on are the store's own bookkeeping
-            user_key = unescape(key, 8)[0] if window.retain_duplicates else key[8:]
-            yield ChangeRecord(version, change, user_key, value, start_of(key))
+def changes(
+    state: StateLocation, partition: int, spec: StoreSpec, start: int, end: int, workdir: str | None = None
+) -> Iterator[ChangeRecord]:
+    """`change_columns` one record at a time."""
+    for chunk in change_columns(state, partition, spec, start, end, workdir):
+        starts = [None] * len(chunk) if chunk.window_starts is None else chunk.window_starts.to_pylist()
+        for change, key, value, start_ in zip(
+            chunk.change.to_pylist(), chunk.keys.to_pylist(), chunk.values.to_pylist(), starts
+        ):
+            yield ChangeRecord(chunk.batch_id, change, key, value, start_)
 
 
 __all__ = [
@@ -282,6 +324,7 @@ __all__ = [
     "NoStateError",
     "StateLocation",
     "VersionReader",
+    "change_columns",
     "change_count",
     "changes",
     "uncommitted_version",

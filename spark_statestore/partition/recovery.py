@@ -248,6 +248,14 @@ class Recovery:
                 f"is at version {committed.version} (identities {changelog.base_id:x} and {committed.id:x})"
             )
         applied = VersionId(version, changelog.id)
+        self._write_changelog(db, changelog, applied, where)
+        return applied
+
+    def _write_changelog(
+        self, db: TransactionalDatabase, changelog: Changelog, applied: VersionId, where: str
+    ) -> None:
+        """Write a verified changelog that builds on the database's version into it."""
+        version = applied.version
         started = time.perf_counter()
         try:
             db.replay_blocks(
@@ -261,7 +269,6 @@ class Recovery:
         fault_point("open:after-apply")
         self.metrics.changelogs_applied += 1
         self.metrics.apply_seconds += time.perf_counter() - started
-        return applied
 
     def _check_changelog_layout(self, changelog: Changelog, version: int, where: str) -> None:
         """The changelog's layout agrees with the declared one, and it writes only to stores

@@ -33,7 +33,7 @@ from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward,
 from spark_statestore.stores.windowed import Windowed, window_of
 from spark_statestore.validation import check_window_columns
 
-_STREAM_TIME_KEY = b"\xff\x01stream_time"
+STREAM_TIME_KEY = b"\xff\x01stream_time"
 _SEQUENCE_KEY = b"\xff\x02sequence"
 _SEQUENCE_BLOCK = 1 << 16
 
@@ -59,7 +59,7 @@ class RocksDBWindowStore(WindowStore):
         self._sequence = self._sequence_limit = 0 if raw is None else int.from_bytes(raw, "big")
 
     def _persisted_stream_time(self) -> int:
-        raw = self._ks.get(_STREAM_TIME_KEY)
+        raw = self._ks.get(STREAM_TIME_KEY)
         return -1 if raw is None else int.from_bytes(raw, "big", signed=True)
 
     @property
@@ -99,7 +99,7 @@ class RocksDBWindowStore(WindowStore):
     def _advance(self, time: int) -> None:
         """A new stream time: persist it (with the data) and expire what fell out."""
         self._stream_time = time
-        self._ks.put(_STREAM_TIME_KEY, time.to_bytes(8, "big", signed=True))
+        self._ks.put(STREAM_TIME_KEY, time.to_bytes(8, "big", signed=True))
         self._expire()
 
     def _expire(self) -> None:

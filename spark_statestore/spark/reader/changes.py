@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
+import numpy as np
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_statestore.partition.reading import changes
-from spark_statestore.spark.reader.columns import Column, column_for, decoded, value_column
-from spark_statestore.spark.reader.records import CHUNK
+from spark_statestore.partition.columnar import ChangeColumns
+from spark_statestore.partition.reading import change_columns
+from spark_statestore.spark.reader.columns import Column, column_for, decode_arrow, value_column
 from spark_statestore.spark.reader.request import ReadRequest, int_option
 
 
@@ -21,25 +23,28 @@ class ChangesReader:
     key: Column
     value: Column
 
-    def _change_rows(self, partition: int, start: int, end: int) -> Iterator[tuple]:
-        chunk: list = []
-        for record in changes(self.request.state, partition, self.request.spec, start, end):
-            chunk.append(record)
-            if len(chunk) >= CHUNK:
-                yield from self._rows(partition, chunk)
-                chunk = []
-        yield from self._rows(partition, chunk)
+    def _change_rows(self, partition: int, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """Arrow batches of change rows, decoded in bulk (see `columns.decode_arrow`)."""
+        for chunk in change_columns(self.request.state, partition, self.request.spec, start, end):
+            yield self._batch(partition, chunk)
 
-    def _rows(self, partition: int, records: list) -> Iterator[tuple]:
-        spec = self.request.spec
-        size = spec.window_spec.window_size if spec.window_spec is not None else None
-        keys, values = decoded(self.key, [r.key for r in records]), decoded(self.value, [r.value for r in records])
-        for record, key, value in zip(records, keys, values):
-            row = (record.batch_id, partition, record.change, key, value)
-            if size is not None:
-                start = record.window_start
-                row += (start, None if start is None or record.change == "expire" else start + size)
-            yield row
+    def _batch(self, partition: int, chunk: ChangeColumns) -> pa.RecordBatch:
+        count = len(chunk)
+        columns = [
+            pa.array(np.full(count, chunk.batch_id, np.int64)),
+            pa.array(np.full(count, partition, np.int32)),
+            chunk.change,
+            decode_arrow(self.key, chunk.keys),
+            decode_arrow(self.value, chunk.values),
+        ]
+        names = ["batch_id", "partition", "change", "key", "value"]
+        window = self.request.spec.window_spec
+        if window is not None:
+            starts = chunk.window_starts
+            expiries = chunk.keys.is_null().to_numpy(zero_copy_only=False)  # an expiry has no window end
+            columns += [starts, pa.array(starts.to_numpy() + window.window_size, mask=expiries)]
+            names += ["window_start", "window_end"]
+        return pa.RecordBatch.from_arrays(columns, names=names)
 
 
 def change_range(request: ReadRequest) -> tuple[int, int]:
@@ -73,5 +78,5 @@ class ChangeFeedReader(ChangesReader, DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [InputPartition(p) for p in self.request.state.at_batch(self.start).partitions]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self._change_rows(partition.value, self.start, self.end)

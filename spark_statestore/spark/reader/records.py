@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_statestore.partition.reading import VersionReader, uncommitted_version
-from spark_statestore.spark.reader.columns import arrow_column, column_for, value_column
+from spark_statestore.partition.columnar import StoreColumns
+from spark_statestore.partition.reading import MERGE_RECORDS, VersionReader, uncommitted_version
+from spark_statestore.spark.reader.columns import column_for, decode_arrow, value_column
 from spark_statestore.spark.reader.request import ReadRequest, default_isolation, int_option, option
 from spark_statestore.txn.isolation import IsolationLevel
-
-CHUNK = 65_536
 
 
 class RecordsReader(DataSourceReader):
@@ -48,27 +48,21 @@ class RecordsReader(DataSourceReader):
         version = self.version
         if self.isolation is IsolationLevel.READ_UNCOMMITTED:
             version = uncommitted_version(state, number, version)
-        window = spec.window_spec is not None
-        with VersionReader(state, number, version, self.committed) as reader:
-            chunk: list = []
-            for record in reader.records(spec):
-                chunk.append(record)
-                if len(chunk) >= CHUNK:
-                    yield self._batch(number, chunk, window)
-                    chunk = []
-            if chunk:
-                yield self._batch(number, chunk, window)
+        with VersionReader(state, number, version, self.committed, merge_records=MERGE_RECORDS) as reader:
+            for chunk in reader.columns(spec):
+                yield self._batch(number, chunk)
 
-    def _batch(self, partition: int, records: list, window: bool) -> pa.RecordBatch:
+    def _batch(self, partition: int, chunk: StoreColumns) -> pa.RecordBatch:
+        """One Arrow batch of rows, decoded in bulk (see `columns.decode_arrow`)."""
         columns = [
-            pa.array([partition] * len(records), pa.int32()),
-            arrow_column(self.key, [r[0] for r in records]),
-            arrow_column(self.value, [r[1] for r in records]),
+            pa.array(np.full(len(chunk), partition, np.int32)),
+            decode_arrow(self.key, chunk.keys),
+            decode_arrow(self.value, chunk.values),
         ]
         names = ["partition", "key", "value"]
-        if window:
+        if chunk.window_starts is not None:
             size = self.request.spec.window_spec.window_size  # type: ignore[union-attr]
-            starts = [r[2] for r in records]
-            columns += [pa.array(starts, pa.int64()), pa.array([s + size for s in starts], pa.int64())]
+            starts = chunk.window_starts.to_numpy()
+            columns += [chunk.window_starts, pa.array(starts + size)]
             names += ["window_start", "window_end"]
         return pa.RecordBatch.from_arrays(columns, names=names)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -37,7 +38,7 @@ class ChangeStreamReader(ChangesReader, DataSourceStreamReader):
             return []
         return [InputPartition((p, start["batch"] + 1, end["batch"])) for p in self.request.state.at_batch(start["batch"] + 1).partitions]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         number, first, last = partition.value
         return self._change_rows(number, first, last)
 

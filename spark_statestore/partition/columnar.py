@@ -1,0 +1,269 @@
+"""A store's records at one version as Arrow columns, read in bulk from a private copy.
+
+`VersionReader.records` walks the store API one record at a time (several Python frames
+per record). A reader of the whole store needs none of that: the copy is private and
+nothing writes to it, so the store's column family is scanned with rocksdict's C-level
+key and value iterators in chunks, and each chunk becomes Arrow arrays from one join of
+its bytes and their lengths. What comes out is what the store serves, in the same
+(key) order: every key of a key-value store; the live windows of a window store
+(`window_start` at or after its observed stream time minus its retention, data keys
+only: the store's bookkeeping keys start at 0xff); the live entries of a TTL store (its
+`0x00 | key` entries whose expiry is above its clock, without the layout's bytes).
+The changes of a TTL store are told apart per record (`ttl.decode_changes`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_statestore.serde import unescape
+from spark_statestore.stores.rocksdb_scan import scan_chunks
+from spark_statestore.stores.spec import StoreSpec
+from spark_statestore.stores.persistent_window import STREAM_TIME_KEY
+from spark_statestore.stores.ttl import CLOCK_KEY, ENTRY, INDEX, decode_changes, time_bytes
+from spark_statestore.stores.window_layout import ws_bytes
+from spark_statestore.validation import MAX_TIME
+
+CHUNK = 65_536
+_INT32_LIMIT = 1 << 31
+
+
+@dataclass(frozen=True)
+class StoreColumns:
+    """One chunk of a store's records: binary `keys` and `values`, and for window stores
+    the int64 `window_starts`."""
+
+    keys: pa.Array
+    values: pa.Array
+    window_starts: pa.Array | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def binary_array(items: list) -> pa.Array:
+    """A binary Arrow array of `items` (bytes, or None for a null) from one join of their
+    bytes and their lengths: no Python step per item."""
+    count = len(items)
+    nulls = None in items
+    present = [b"" if i is None else i for i in items] if nulls else items
+    offsets = np.zeros(count + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, present), np.int64, count), out=offsets[1:])
+    if offsets[-1] >= _INT32_LIMIT:  # beyond a binary array's offsets: let Arrow decide
+        return pa.array(items, pa.binary())
+    validity = None
+    if nulls:
+        mask = np.fromiter((i is not None for i in items), np.bool_, count)
+        validity = pa.array(mask).buffers()[1]
+    data = pa.py_buffer(b"".join(present))
+    return pa.Array.from_buffers(pa.binary(), count, [validity, pa.py_buffer(offsets.astype(np.int32)), data])
+
+
+def window_parts(stored: pa.Array, retain_duplicates: bool) -> tuple[pa.Array, pa.Array]:
+    """The user keys and the window starts of stored window keys (`start | key`, or
+    `start | escape(key) | sequence` with duplicates), as the window store reads them:
+    the first 8 bytes of every key cut off in one numpy pass."""
+    keys = None
+    if len(stored) and pc.min(pc.binary_length(stored)).as_py() < 8:  # only a crafted key is shorter
+        keys = stored.to_pylist()
+        starts = pa.array([int.from_bytes(k[:8], "big") for k in keys], pa.int64())
+        rest = binary_array([k[8:] for k in keys])
+    else:
+        count = len(stored)
+        offsets = np.frombuffer(stored.buffers()[1], np.int32, count + 1, stored.offset * 4)
+        data = np.frombuffer(stored.buffers()[2] or b"", np.uint8)
+        heads = offsets[:-1, None] + np.arange(8)
+        starts = pa.array(np.ascontiguousarray(data[heads]).view(">u8").ravel().astype(np.int64))
+        keep = np.ones(len(data), np.bool_)
+        keep[heads] = False
+        keep[: offsets[0]] = keep[offsets[-1] :] = False
+        rest_offsets = (offsets - offsets[0] - 8 * np.arange(count + 1)).astype(np.int32)
+        rest = pa.Array.from_buffers(
+            pa.binary(), count, [None, pa.py_buffer(rest_offsets), pa.py_buffer(data[keep].tobytes())]
+        )
+    if retain_duplicates:
+        return binary_array([unescape(k, 8)[0] for k in (keys or stored.to_pylist())]), starts
+    return rest, starts
+
+
+def store_columns(
+    db: Any, spec: StoreSpec, chunk: int = CHUNK, changelogs: Sequence[Any] = ()
+) -> Iterator[StoreColumns]:
+    """The records of store `spec` in `db` (a loaded `TransactionalDatabase` nothing else
+    writes to) with the verified `changelogs` after its version merged in, in key order,
+    about `chunk` records at a time."""
+    store = db.open_store(spec)  # checks the store's recorded kind against `spec`
+    cf = db.db.column_family(spec.name)
+    overlay = Overlay.of(changelogs, spec.name)
+    window = spec.window_spec
+    if spec.ttl is not None:
+        yield from _ttl_columns(cf, overlay, overlay.latest(CLOCK_KEY, store.get(CLOCK_KEY)), chunk)
+        return
+    if window is None:
+        for keys, values in overlay.merge(scan_chunks(cf, None, None, chunk), None, None):
+            yield StoreColumns(keys, values)
+        return
+    live_from = max(0, overlay.stream_time(store.observed_stream_time) - store.retention_period + 1)
+    lo, hi = ws_bytes(live_from), ws_bytes(MAX_TIME + 1)
+    for keys, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
+        user_keys, starts = window_parts(keys, window.retain_duplicates)
+        yield StoreColumns(user_keys, values, starts)
+
+
+def _ttl_columns(cf: Any, overlay: "Overlay", clock: bytes | None, chunk: int) -> Iterator[StoreColumns]:
+    """A TTL store's live entries (`clock`: its stored clock, None: never moved), as
+    `TtlKeyValueStore` reads them: an entry is live while its expiry bytes sort above the clock's."""
+    now = pa.scalar(time_bytes(-1) if clock is None else clock[:8], pa.binary())
+    for keys, values in overlay.merge(scan_chunks(cf, ENTRY, INDEX, chunk), ENTRY, INDEX):
+        live = pc.greater(pc.binary_slice(values, 0, 8), now)
+        if not pc.all(live).as_py():
+            keys, values = keys.filter(live), values.filter(live)
+        if len(keys):
+            yield StoreColumns(_after(keys, len(ENTRY)), _after(values, 8))  # without the layout's bytes
+
+
+def _after(stored: pa.Array, size: int) -> pa.Array:
+    """Binary `stored` without the first `size` bytes of each."""
+    return pc.binary_slice(stored, size, _INT32_LIMIT)
+
+
+_UNCHANGED = object()
+
+
+@dataclass
+class Overlay:
+    """What changelogs after a snapshot do to one store: the last value written per key
+    (None: deleted) and the ranges deleted."""
+
+    written: dict
+    ranges: list
+
+    @staticmethod
+    def of(changelogs: Sequence[Any], store: str) -> "Overlay":
+        """The changelogs' changes to `store`, folded in order (range deletions first in each)."""
+        written: dict = {}
+        ranges: list = []
+        for changelog in changelogs:
+            for lo, hi in changelog.ranges().get(store, ()):
+                ranges.append((lo, hi))
+                for key in [k for k in written if lo <= k < hi]:
+                    written[key] = None
+            for name, keys, values in changelog.write_blocks():
+                if name == store:
+                    written.update(zip(keys, values))
+        return Overlay(written, ranges)
+
+    def latest(self, key: bytes, snapshot: Any) -> Any:
+        """The value of `key` after the changelogs (None: deleted; `snapshot`: unchanged)."""
+        if key in self.written:
+            return self.written[key]
+        if any(lo <= key < hi for lo, hi in self.ranges):
+            return None
+        return snapshot
+
+    def stream_time(self, snapshot: int) -> int:
+        """A window store's observed stream time after the changelogs (`snapshot`: before)."""
+        raw = self.latest(STREAM_TIME_KEY, _UNCHANGED)
+        if raw is _UNCHANGED:
+            return snapshot
+        return -1 if raw is None else int.from_bytes(raw, "big", signed=True)
+
+    def merge(
+        self, chunks: Iterator[tuple[list, list]], lo: bytes | None, hi: bytes | None
+    ) -> Iterator[tuple[pa.Array, pa.Array]]:
+        """Sorted `(keys, values)` chunks of the snapshot with the overlay merged in, as
+        binary arrays in key order, restricted to `lo <= key < hi` (None: open)."""
+        ordered = sorted(k for k in self.written if (lo is None or k >= lo) and (hi is None or k < hi))
+        done = 0
+        for keys, values in chunks:
+            upto = bisect_right(ordered, keys[-1], done)
+            merged = self._merge_chunk(binary_array(keys), binary_array(values), ordered[done:upto])
+            done = upto
+            if len(merged[0]):
+                yield merged
+        if done < len(ordered):
+            merged = self._merge_chunk(binary_array([]), binary_array([]), ordered[done:])
+            if len(merged[0]):
+                yield merged
+
+    def _merge_chunk(self, keys: pa.Array, values: pa.Array, changed: list) -> tuple[pa.Array, pa.Array]:
+        """One chunk of snapshot records without the keys the overlay changed or a range
+        deleted, with the overlay's values of `changed` (its keys in this chunk's span)."""
+        if not changed and not self.ranges:
+            return keys, values
+        drop = pc.is_in(keys, value_set=binary_array(changed)) if changed else None
+        for lo, hi in self.ranges:
+            inside = pc.and_(
+                pc.greater_equal(keys, pa.scalar(lo, pa.binary())), pc.less(keys, pa.scalar(hi, pa.binary()))
+            )
+            drop = inside if drop is None else pc.or_(drop, inside)
+        if drop is not None:
+            keys, values = keys.filter(pc.invert(drop)), values.filter(pc.invert(drop))
+        puts = [k for k in changed if self.written[k] is not None]
+        if not puts:
+            return keys, values
+        keys = pa.concat_arrays([keys, binary_array(puts)])
+        values = pa.concat_arrays([values, binary_array([self.written[k] for k in puts])])
+        order = pc.sort_indices(keys)
+        return keys.take(order), values.take(order)
+
+
+@dataclass(frozen=True)
+class ChangeColumns:
+    """Changes of one batch: `change` (put, delete, expire), binary `keys` and `values`
+    (null: none), and for window stores the int64 `window_starts`."""
+
+    batch_id: int
+    change: pa.Array
+    keys: pa.Array
+    values: pa.Array
+    window_starts: pa.Array | None = None
+
+    def __len__(self) -> int:
+        return len(self.change)
+
+
+_DATA_KEYS_END = pa.scalar(b"\x80", pa.binary())  # a window store's bookkeeping keys start at 0xff
+
+
+def changelog_columns(changelog: Any, spec: StoreSpec, version: int) -> Iterator[ChangeColumns]:
+    """The changes of store `spec` in a verified `Changelog` of `version`, in file order:
+    a window store's expiries (range deletions from the start) first, then one chunk per
+    block of writes (deletes have null values). A TTL store's come as one chunk, told
+    apart per record (an entry deleted with its index entry at or below the clock: `expire`)."""
+    if spec.ttl is not None:
+        mine = lambda: ((k, v) for store, k, v in changelog.entries() if store == spec.name)  # noqa: E731
+        decoded = list(decode_changes(mine))
+        if decoded:
+            change, keys, values = zip(*decoded)
+            yield ChangeColumns(
+                version, pa.array(change, pa.string()), binary_array(list(keys)), binary_array(list(values))
+            )
+        return
+    window = spec.window_spec
+    if window is not None:
+        expiries = [hi for lo, hi in changelog.ranges().get(spec.name, ()) if lo == b""]
+        if expiries:
+            none = pa.nulls(len(expiries), pa.binary())
+            starts = pa.array([int.from_bytes(hi[:8], "big") for hi in expiries], pa.int64())
+            yield ChangeColumns(version, pa.array(["expire"] * len(expiries)), none, none, starts)
+    for store, keys, values in changelog.write_blocks():
+        if store != spec.name:
+            continue
+        stored, raw = binary_array(list(keys)), binary_array(list(values))
+        starts = None
+        if window is not None:
+            data = pc.less(stored, _DATA_KEYS_END)
+            if not pc.all(data).as_py():
+                stored, raw = stored.filter(data), raw.filter(data)
+            if not len(stored):
+                continue
+            stored, starts = window_parts(stored, window.retain_duplicates)
+        change = pc.if_else(raw.is_null(), "delete", "put")
+        yield ChangeColumns(version, change, stored, raw, starts)
