@@ -233,6 +233,7 @@ def _collect_changes(stream, reader_checkpoint) -> list:
     return [rows for rows in seen if rows]
 
 
+@pytest.mark.versioned
 def test_a_stream_of_every_committed_change_exactly_once(spark, job, tmp_path):
     """Without a limit, each run reads every batch committed since the last one, once."""
     checkpoint, _ = _run(spark, job, BATCHES[:2])
@@ -264,6 +265,7 @@ def test_admission_options_are_refused_without_admission_control(spark, job, tmp
 
 
 @ADMISSION_CONTROL
+@pytest.mark.versioned
 def test_a_row_limit_still_reads_one_whole_batch_per_trigger(spark, job, tmp_path):
     checkpoint, _ = _run(spark, job, BATCHES)
     stream = _change_stream(spark, checkpoint, maxRowsPerTrigger=1)  # every batch has more changes
