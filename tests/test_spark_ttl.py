@@ -16,6 +16,7 @@ import pytest
 
 import spark_ttl_jobs as jobs
 from spark_batches import batches
+from spark_jobs import skip_without_tws
 from spark_statestore.spark import StateStoreMetrics, partition_function, register_reader, with_stores
 
 pytestmark = [pytest.mark.spark, pytest.mark.versioned]
@@ -90,6 +91,7 @@ def _check(spark, job, checkpoint, query):
 
 
 def test_tws_processor(spark, job):
+    skip_without_tws(spark)
     jobs.generate(os.path.join(job, "input"), 7)
     checkpoint = os.path.join(job, "checkpoint")
     processor = jobs.TtlCounts(checkpoint)
