@@ -168,6 +168,9 @@ def test_plot_metrics_draws_every_panel():
     assert png.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="at least one batch"):
         plot_metrics(frame.iloc[0:0])
+    calm = plot_metrics(frame.assign(spills=0))
+    assert len(calm.get_axes()) == 4  # no empty spills axis
+    assert calm.get_axes()[1].get_title() == "uncommitted bytes (peak per task); no spills"
 
 
 def test_reader_integer_options_are_checked_like_settings_naming_the_option():
