@@ -51,3 +51,6 @@ def test_the_committed_notebooks_carry_their_outputs():
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
         assert all(cell.execution_count for cell in code), f"{path} was committed without its outputs"
         assert any("image/png" in o.get("data", {}) for cell in code for o in cell.outputs), path
+        stray = [o["data"]["text/plain"] for cell in code for o in cell.outputs
+                 if o.get("output_type") == "execute_result" and re.match(r"\[?<matplotlib|Text\(", o["data"].get("text/plain", ""))]
+        assert not stray, f"{path} shows matplotlib return values: {stray}"
