@@ -11,8 +11,6 @@ the batch files, `<checkpoint>/statestore/_batches/<batch>.json`) and each row's
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import sys
 import threading
@@ -99,20 +97,6 @@ class Feeder(threading.Thread):
             self.stop.wait(max(0.0, 1.0 - (time.time() - second)))
 
 
-def early_triggers(checkpoint: str) -> pd.DataFrame:
-    """Per batch: whether the driver started the next one early (`early_triggers`, 0 or 1) and
-    why (`early_trigger_reason`), from the batch files the driver writes."""
-    rows = []
-    for path in glob.glob(os.path.join(checkpoint, "statestore", "_batches", "*.json")):
-        with open(path) as file:
-            record = json.load(file)
-        early = record["early_trigger"] or {}
-        rows.append({"batch_id": record["batch_id"], "early_triggers": int(bool(early.get("woken"))),
-                     "early_trigger_reason": early.get("reason")})
-    frame = pd.DataFrame(rows, columns=["batch_id", "early_triggers", "early_trigger_reason"])
-    return frame.astype({"batch_id": "int64", "early_triggers": "int64"})
-
-
 @dataclass
 class BurstRun:
     """One run: a summary, the per-batch metrics and (arrival, output) times of each row."""
@@ -164,8 +148,7 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool) -> Bur
     tasks = metrics.tasks()
     tasks = tasks[tasks["query_id"] == str(query.id)]
     recent = metrics.recent(1000)
-    recent = recent[recent["query_id"] == str(query.id)].merge(early_triggers(checkpoint), on="batch_id", how="left")
-    recent["early_triggers"] = recent["early_triggers"].fillna(0).astype(int)
+    recent = recent[recent["query_id"] == str(query.id)]  # early_triggers and reasons: the driver's batch files
     burst_ms = (feeder.burst[0] * 1000, feeder.burst[1] * 1000)
     in_burst = [end - arrived for arrived, end in latencies if burst_ms[0] <= arrived < burst_ms[1]]
     batches_with_burst = {p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0}
