@@ -148,7 +148,7 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool) -> Bur
     tasks = metrics.tasks()
     tasks = tasks[tasks["query_id"] == str(query.id)]
     recent = metrics.recent(1000)
-    recent = recent[recent["query_id"] == str(query.id)]  # early_triggers: from the shim's batch files
+    recent = recent[recent["query_id"] == str(query.id)]  # early_triggers and reasons: the driver's batch files
     burst_ms = (feeder.burst[0] * 1000, feeder.burst[1] * 1000)
     in_burst = [end - arrived for arrived, end in latencies if burst_ms[0] <= arrived < burst_ms[1]]
     batches_with_burst = {p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0}

@@ -120,15 +120,18 @@ class WindowedCounts(StoreProcessor):
 
 
 def generate(input_dir: str, files: int, events_per_file: int, keys: int = 8, seed: int = 7, start: int = 0) -> None:
-    """Files of events: event time advances ~10 s per file; 5% of events are late by up to 40 s."""
+    """Files of events: event time advances ~10 s per file from 1 ms after the epoch; 5% of
+    events are late by up to 40 s (those that would fall at or before the epoch stay on time:
+    Spark's first watermark is the epoch, so they would be dropped before any lateness)."""
     rng = random.Random(seed + start)
     os.makedirs(input_dir, exist_ok=True)
     for n in range(start, start + files):
         rows = []
         for _ in range(events_per_file):
-            ts = n * 10_000 + rng.randrange(10_000)
+            ts = n * 10_000 + 1 + rng.randrange(9_999)
             if rng.random() < 0.05:
-                ts = max(0, ts - rng.randrange(5_000, 40_000))
+                late = ts - rng.randrange(5_000, 40_000)
+                ts = late if late > 0 else ts
             rows.append((f"sensor-{rng.randrange(keys)}", ts))
         temp = os.path.join(input_dir, f".{n:05d}.json.tmp")
         pd.DataFrame(rows, columns=["key", "ts"]).to_json(temp, orient="records", lines=True)

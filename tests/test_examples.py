@@ -37,6 +37,7 @@ def test_the_main_job_prints_a_line_per_batch_and_repeats_no_warning(tmp_path):
     lines = re.findall(r"^batch +(\d+): +(\d+) input rows", log, re.MULTILINE)
     assert sorted(int(b) for b, _ in lines) == sorted(int(n) for n in commits)
     assert sum(int(rows) for _, rows in lines) == 800
+    assert re.search(r"^batch +0: .* 0 late dropped", log, re.MULTILINE), "batch 0 dropped rows before any watermark"
     warnings = collections.Counter(
         re.sub(r"^\S+ \S+ WARN ", "", line) for line in log.splitlines() if " WARN " in line
     )
@@ -91,36 +92,6 @@ def _readme_totals() -> type:
                  "__name__": "readme_totals"}
     exec(compile(source, "README.md", "exec"), namespace)  # noqa: S102 - the README's own code
     return namespace["Totals"]
-
-
-@pytest.mark.versioned
-def test_the_readme_totals_example_in_both_kinds_of_session(spark, tmp_path):
-    """The README's processor, run as the README runs it, in a classic and in a Spark
-    Connect session: its totals equal a batch count of the input, and the state reader
-    reads them back."""
-    import spark_jobs
-
-    spark_jobs.skip_without_tws(spark)
-    inputs, checkpoint = str(tmp_path / "input"), str(tmp_path / "checkpoint")
-    spark_jobs.windowed_counts.generate(inputs, 3, 60, keys=5)
-    spark.conf.set("spark.statestore.localDir", str(tmp_path / "local"))
-    try:
-        processor = _readme_totals()(checkpoint)
-        events = spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).json(inputs)
-        query = (
-            events.groupBy("key").transformWithStateInPandas(processor, "key string, total long", "Update", "None")
-            .writeStream.format("parquet").option("path", str(tmp_path / "output"))
-            .option("checkpointLocation", checkpoint).outputMode("append").trigger(availableNow=True).start()
-        )
-        query.awaitTermination()
-        assert query.exception() is None
-        expected = _input(str(tmp_path))["key"].value_counts().to_dict()
-        totals = pd.read_parquet(tmp_path / "output").groupby("key")["total"].max().to_dict()
-        assert totals == expected
-        state = spark.read.format("spark_statestore").option("checkpointLocation", checkpoint).load().toPandas()
-        assert dict(zip(state["key"], state["value"], strict=True)) == expected
-    finally:
-        spark.conf.unset("spark.statestore.localDir")
 
 
 @pytest.mark.versioned

@@ -4,6 +4,7 @@ sizes through SPARK_STATESTORE_NOTEBOOK_SIZE), so a cell that fails fails CI."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -25,7 +26,20 @@ def test_the_notebook_runs(path, tmp_path):
     assert code and all(cell.execution_count for cell in code)  # every cell ran
     errors = [o for cell in code for o in cell.outputs if o.get("output_type") == "error"]
     assert not errors
+    with open(executed) as f:
+        assert execute.ROOT not in f.read()  # run from its own folder, saved without machine paths
     assert any("image/png" in o.get("data", {}) for cell in code for o in cell.outputs), "no plot was drawn"
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.])(/(home|root|Users|tmp|work|opt|mnt|var)/|[A-Z]:\\\\)")
+
+
+def test_the_committed_notebooks_hold_no_path_of_the_machine_that_ran_them():
+    for path in execute.notebooks():
+        with open(path) as f:
+            found = MACHINE_PATH.search(f.read())
+        assert not found, f"{path} holds a machine path at {found.start()}: {found.group()}"
+    assert execute.without_machine_paths(f"in {execute.ROOT}/out/x and {sys.prefix}/lib") == "in out/x and <python>/lib"
 
 
 def test_the_committed_notebooks_carry_their_outputs():
@@ -37,3 +51,6 @@ def test_the_committed_notebooks_carry_their_outputs():
         code = [cell for cell in notebook.cells if cell.cell_type == "code"]
         assert all(cell.execution_count for cell in code), f"{path} was committed without its outputs"
         assert any("image/png" in o.get("data", {}) for cell in code for o in cell.outputs), path
+        stray = [o["data"]["text/plain"] for cell in code for o in cell.outputs
+                 if o.get("output_type") == "execute_result" and re.match(r"\[?<matplotlib|Text\(", o["data"].get("text/plain", ""))]
+        assert not stray, f"{path} shows matplotlib return values: {stray}"

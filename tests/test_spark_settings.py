@@ -7,7 +7,13 @@ import pytest
 
 from spark_statestore import IsolationLevel
 from spark_statestore.spark import StateStoreSettings, check_columns, epoch_millis
-from spark_statestore.spark.driver.settings import parse_bytes
+from spark_statestore.spark.driver.settings import (
+    PROVIDER_CLASS,
+    ROCKSDB_PROVIDER,
+    check_keys,
+    check_rocksdb_provider,
+    parse_bytes,
+)
 from spark_statestore.spark.reader.request import int_option
 
 
@@ -58,6 +64,36 @@ def test_values_and_byte_sizes():
 def test_bad_values_name_key_and_value(key, value, message):
     with pytest.raises(ValueError, match=message if message.startswith(key) else f"{key} {message}"):
         settings(**{key: value})
+
+
+@pytest.mark.parametrize(
+    "key,closest",
+    [
+        ("spark.statestore.cache.maxbyte", "spark.statestore.cache.maxBytes"),
+        ("spark.statestore.snapshotinterval", "spark.statestore.snapshotInterval"),
+        ("spark.statestore.earlytrigger.enable", "spark.statestore.earlyTrigger.enabled"),
+    ],
+)
+def test_an_unknown_key_is_refused_naming_the_closest_known_one(key, closest):
+    with pytest.raises(ValueError, match=rf"unknown setting {key}; did you mean {closest}\?"):
+        check_keys(["spark.sql.shuffle.partitions", key])
+
+
+def test_keys_of_spark_and_the_ones_the_shim_publishes_pass():
+    check_keys([
+        "spark.sql.shuffle.partitions", "spark.statestorex", "spark.statestore.cache.maxBytes",
+        "spark.statestore.earlyTrigger.target", "spark.statestore.earlyTrigger.signingKey",
+    ])
+    with pytest.raises(ValueError, match=r"unknown setting spark\.statestore\.zzz \(the spark"):
+        check_keys(["spark.statestore.zzz"])  # nothing close: no guess, the list of settings
+
+
+def test_transform_with_state_needs_the_rocksdb_provider_named_in_the_error():
+    check_rocksdb_provider({PROVIDER_CLASS: ROCKSDB_PROVIDER}.get)
+    with pytest.raises(ValueError, match=rf"needs {PROVIDER_CLASS}={ROCKSDB_PROVIDER} .* got nothing"):
+        check_rocksdb_provider({}.get)
+    with pytest.raises(ValueError, match=r"got 'my\.Provider'"):
+        check_rocksdb_provider({PROVIDER_CLASS: "my.Provider"}.get)
 
 
 def test_local_dir_defaults_next_to_spark_local_dirs(monkeypatch):
@@ -132,6 +168,9 @@ def test_plot_metrics_draws_every_panel():
     assert png.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="at least one batch"):
         plot_metrics(frame.iloc[0:0])
+    calm = plot_metrics(frame.assign(spills=0))
+    assert len(calm.get_axes()) == 4  # no empty spills axis
+    assert calm.get_axes()[1].get_title() == "uncommitted bytes (peak per task); no spills"
 
 
 def test_reader_integer_options_are_checked_like_settings_naming_the_option():

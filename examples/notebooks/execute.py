@@ -3,8 +3,9 @@
     python examples/notebooks/execute.py [NOTEBOOK ...] [--size small]
 
 Each notebook runs in a fresh IPython kernel of this interpreter (so of the project's
-`.venv`) with the repository root as its working directory, and is saved with its
-outputs (the plots included) for people browsing the repository. `--size small` sets
+`.venv`) in this folder, as Jupyter runs it (its first cell finds the repository root),
+and is saved with its outputs (the plots included) for people browsing the repository,
+with this machine's paths (the repository, the Python environment) taken out of them. `--size small` sets
 `SPARK_STATESTORE_NOTEBOOK_SIZE=small`, which the notebooks read to run small and quick
 (the test suite runs them so).
 """
@@ -25,6 +26,12 @@ def notebooks() -> list[str]:
     return sorted(glob.glob(os.path.join(HERE, "*.ipynb")))
 
 
+def without_machine_paths(text: str) -> str:
+    """`text` with the paths of this machine (the repository, the Python environment)
+    made relative or generic, so committed outputs show nothing of who ran them."""
+    return text.replace(ROOT + os.sep, "").replace(sys.prefix + os.sep, "<python>" + os.sep)
+
+
 def execute(path: str, size: str = "full", save_to: str | None = None, timeout: int = 900) -> None:
     """Run every cell of the notebook at `path` (a failing cell raises) and save it with its
     outputs to `save_to` (default: in place)."""
@@ -41,7 +48,7 @@ def execute(path: str, size: str = "full", save_to: str | None = None, timeout: 
             notebook,
             timeout=timeout,
             kernel_name="python3",
-            resources={"metadata": {"path": ROOT}},
+            resources={"metadata": {"path": HERE}},  # Jupyter's working directory
             # what Spark's JVM and Python workers print goes to this process, not into the cells
             extra_arguments=["--IPKernelApp.capture_fd_output=False"],
         )
@@ -53,6 +60,9 @@ def execute(path: str, size: str = "full", save_to: str | None = None, timeout: 
             os.environ[SIZE] = previous
     for cell in notebook.cells:  # reproducible files: no run-specific metadata
         cell.metadata.pop("execution", None)
+        for output in cell.get("outputs", ()):
+            if isinstance(output.get("text"), str):
+                output["text"] = without_machine_paths(output["text"])
     nbformat.write(notebook, save_to or path)
 
 

@@ -85,9 +85,9 @@ def drain_listener_bus(spark: Any, timeout_ms: int = 10_000) -> None:
     bus.waitUntilEmpty(timeout_ms)
 
 
-def driver_logger(spark: Any) -> Callable[[str], None] | None:
-    """A function logging INFO lines into the driver's log4j log (None without a JVM,
-    as in Spark Connect)."""
+def driver_logger(spark: Any) -> Callable[[str], bool] | None:
+    """A function logging an INFO line into the driver's log4j log, which returns whether
+    log4j's level let it through (None without a JVM, as in Spark Connect)."""
     jvm = None if is_connect(spark) else getattr(spark.sparkContext, "_jvm", None)
     if jvm is None:
         return None
@@ -95,7 +95,14 @@ def driver_logger(spark: Any) -> Callable[[str], None] | None:
         jlogger = jvm.org.apache.logging.log4j.LogManager.getLogger("spark_statestore")
     except Exception as e:
         raise _error("DRIVER_LOG", f"log4j is not reachable through SparkContext._jvm: {e}") from e
-    return jlogger.info
+
+    def info(message: str) -> bool:
+        if not jlogger.isInfoEnabled():  # setLogLevel("WARN"), the pyspark default, drops INFO
+            return False
+        jlogger.info(message)
+        return True
+
+    return info
 
 
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")

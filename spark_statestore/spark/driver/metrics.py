@@ -15,7 +15,9 @@ after a restart and a notebook reading an old checkpoint see the same figures.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+import time
 from typing import Any, Callable
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
@@ -192,14 +194,17 @@ class _Listener(StreamingQueryListener):
 
 
 def _driver_logger(spark: Any) -> Callable[[str], None]:
-    """Log into the driver's log (and Python logging); Python logging alone without a
-    JVM (a Spark Connect client)."""
+    """Log into the driver's log4j log (classic sessions) and Python logging. A line that
+    neither shows (log4j's level drops INFO, as pyspark's default WARN does, or there is no
+    JVM: Spark Connect; and Python logging is not configured) goes to stderr in log4j's
+    format, so each batch's line is in the driver's output by default."""
     jlog = compat.driver_logger(spark) if compat.jvm_session(spark) is not None else None
-    if jlog is None:
-        return log.info
 
     def emit(message: str) -> None:
-        jlog(message)
-        log.info(message)
+        shown = jlog(message) if jlog is not None else False
+        if log.hasHandlers():
+            log.info(message)
+        elif not shown:
+            sys.stderr.write(f"{time.strftime('%y/%m/%d %H:%M:%S')} INFO {log.name}: {message}\n")
 
     return emit

@@ -1,6 +1,7 @@
 """What the driver builds for a stateful operator before any task runs.
 
-`build_operator(...)` reads and checks the session's `spark.statestore.*` settings, checks
+`build_operator(...)` reads and checks the session's `spark.statestore.*` settings (and, for
+transformWithStateInPandas, Spark's RocksDB state store provider setting), checks
 that the state can be written under the checkpoint location, records the state's layout
 there (stores, serdes, partition count: a query cannot come back with other ones), and
 returns the `OperatorConfig` that travels to the tasks inside the pickled function or
@@ -25,7 +26,7 @@ from spark_statestore.spark.driver.evolution import evolve_declarations
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.driver.partition_count import check_partition_count
 from spark_statestore.spark.driver.session import session_services
-from spark_statestore.spark.driver.settings import StateStoreSettings
+from spark_statestore.spark.driver.settings import StateStoreSettings, check_rocksdb_provider, session_conf
 from spark_statestore.spark.signals import SignalTarget
 from spark_statestore.validation import check_int, describe
 
@@ -101,6 +102,8 @@ def build_operator(
     if spark is None:
         raise StateStoreError("building a stateful operator needs an active SparkSession on the driver")
     compat.check_connect_operator(spark, operator)
+    if operator == "transformWithStateInPandas":
+        check_rocksdb_provider(session_conf(spark))
     settings = StateStoreSettings.from_spark(spark)
     declarations = declarations_of(stores)
     check_checkpoint_location(checkpoint_location)

@@ -2,18 +2,21 @@
 
 They are read when a processor is built, so a bad value fails there, before any task
 runs, with a `ValueError` naming the key and the value; the checked values travel to the
-tasks inside the pickled processor. Byte sizes accept Spark's notation (`64m`, `10mb`).
+tasks inside the pickled processor. A `spark.statestore.*` key that no setting reads (a
+misspelling, which would otherwise be ignored) fails there too, naming the closest known key. Byte sizes accept Spark's notation (`64m`, `10mb`).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from spark_statestore.spark.driver.slots import session_task_slots, share_per_task, task_cpus
+from spark_statestore.spark.signals import SECRET_KEY, TARGET_KEY
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES
 from spark_statestore.txn.isolation import IsolationLevel
 
@@ -85,6 +88,23 @@ def parse_local_dir(key: str, value: str | None) -> str | None:
     return value
 
 
+PROVIDER_CLASS = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def check_rocksdb_provider(get: Callable[[str], str | None]) -> None:
+    """transformWithStateInPandas runs only on Spark's RocksDB state store provider; say so
+    when the processor is built, naming the key, rather than let the first batch die with
+    Spark's own error, which does not name it."""
+    value = get(PROVIDER_CLASS)
+    if value != ROCKSDB_PROVIDER:
+        given = repr(value) if value else "nothing (Spark's default, HDFSBackedStateStoreProvider)"
+        raise ValueError(
+            f"transformWithStateInPandas needs {PROVIDER_CLASS}={ROCKSDB_PROVIDER} (in the session's conf, "
+            f"or conf/spark-defaults.conf with --properties-file), got {given}"
+        )
+
+
 def session_conf(spark: Any) -> Callable[[str], str | None]:
     """A lookup of a session's configuration keys (None: not set)."""
 
@@ -126,6 +146,21 @@ SETTINGS = (
     Setting(KEEP_OPEN_IDLE, "keep_open_idle_seconds", "30", lambda k, v: float(parse_int(k, v, 0))),
 )
 DEFAULTS = {s.key: s.default for s in SETTINGS if s.default is not None}
+PREFIX = "spark.statestore."
+# Keys the JVM shim's plugin publishes in the driver's conf (never set by a user).
+PUBLISHED = (TARGET_KEY, SECRET_KEY)
+KNOWN_KEYS = tuple(s.key for s in SETTINGS) + PUBLISHED
+
+
+def check_keys(keys: Iterable[str]) -> None:
+    """Refuse a `spark.statestore.*` key that nothing reads, naming the closest known key:
+    a misspelled setting would otherwise keep its default without a word."""
+    by_lower = {key[len(PREFIX):].lower(): key for key in KNOWN_KEYS}  # compared without the common prefix
+    for key in sorted(k for k in keys if k.startswith(PREFIX) and k not in KNOWN_KEYS):
+        close = difflib.get_close_matches(key[len(PREFIX):].lower(), list(by_lower), n=1, cutoff=0.6)
+        hint = f"; did you mean {by_lower[close[0]]}?" if close else ""
+        known = ", ".join(s.key for s in SETTINGS)
+        raise ValueError(f"unknown setting {key}{hint} (the spark.statestore settings are: {known})")
 
 
 @dataclass(frozen=True)
@@ -166,7 +201,9 @@ class StateStoreSettings:
     @classmethod
     def from_spark(cls, spark: Any) -> "StateStoreSettings":
         """Settings of a SparkSession, classic or Spark Connect, read through `spark.conf`
-        alone (a session's conf holds what its SparkConf was started with, too)."""
+        alone (a session's conf holds what its SparkConf was started with, too); an
+        unknown `spark.statestore.*` key among them is refused (`check_keys`)."""
+        check_keys(spark.conf.getAll)
         get = session_conf(spark)
         return cls.from_conf(get, session_task_slots(spark, get))
 
