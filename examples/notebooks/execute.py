@@ -28,8 +28,9 @@ def notebooks() -> list[str]:
 
 def without_machine_paths(text: str) -> str:
     """`text` with the paths of this machine (the repository, the Python environment)
-    made relative or generic, so committed outputs show nothing of who ran them."""
-    return text.replace(ROOT + os.sep, "").replace(sys.prefix + os.sep, "<python>" + os.sep)
+    made relative or generic, so committed outputs show nothing of who ran them (the
+    environment first: it may lie inside the repository, as `./dev`'s .venv does)."""
+    return text.replace(sys.prefix + os.sep, "<python>" + os.sep).replace(ROOT + os.sep, "")
 
 
 def execute(path: str, size: str = "full", save_to: str | None = None, timeout: int = 900) -> None:
