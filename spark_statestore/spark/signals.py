@@ -74,7 +74,7 @@ class ReportFigures:
     prepare_micros: int = 0
 
     @classmethod
-    def of(cls, record: dict) -> "ReportFigures":
+    def of(cls, record: dict) -> ReportFigures:
         """The figures of a task's metrics record (`TaskMetrics.as_dict()`)."""
         micros = {"open_micros": "open_seconds", "prepare_micros": "prepare_seconds"}
         return cls(**{
@@ -83,6 +83,7 @@ class ReportFigures:
         })
 
 
+NO_FIGURES = ReportFigures()  # a crossing's
 _FIGURES = struct.Struct("!" + "q" * len(fields(ReportFigures)))
 
 
@@ -98,7 +99,7 @@ class Signal:
     task_attempt_id: int
     uncommitted_bytes: int
     limit: int
-    figures: ReportFigures = ReportFigures()
+    figures: ReportFigures = NO_FIGURES
 
 
 @dataclass(frozen=True)

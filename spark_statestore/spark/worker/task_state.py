@@ -20,10 +20,10 @@ from spark_statestore.partition.state import PartitionState
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.operator import OperatorConfig
+from spark_statestore.spark.signals import CROSSING, NO_FIGURES, REPORT, ReportFigures, Signal, send
 from spark_statestore.spark.worker.batch_times import batch_times
 from spark_statestore.spark.worker.commit_log import check_previous_batch_committed
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
-from spark_statestore.spark.signals import CROSSING, REPORT, ReportFigures, Signal, send
 from spark_statestore.spark.task_metrics import TaskMetrics
 from spark_statestore.spark.worker.task import TaskInfo
 from spark_statestore.stores.migration import migrate_if_due
@@ -108,7 +108,7 @@ class TaskState:
                 self.abort()
                 raise
 
-    def _signal(self, kind: int, uncommitted_bytes: int, figures: ReportFigures = ReportFigures()) -> None:
+    def _signal(self, kind: int, uncommitted_bytes: int, figures: ReportFigures = NO_FIGURES) -> None:
         """Tell the driver that this task passed the uncommitted limit (`CROSSING`, during the
         batch) or its peak and figures (`REPORT`, when it prepared the batch: also without a
         limit, for the driver's metrics source); fire and forget: a lost or refused datagram
