@@ -100,7 +100,8 @@ public final class EarlyTrigger {
             String prefix = system.buildRegistryName(source) + ".";
             source.metricRegistry().getGauges().forEach((name, gauge) ->
                     values.put(prefix + name, ((Number) gauge.getValue()).longValue()));
-            source.metricRegistry().getCounters().forEach((name, counter) -> values.put(prefix + name, counter.getCount()));
+            source.metricRegistry().getCounters().forEach((name, counter) ->
+                    values.put(prefix + name, counter.getCount()));
         }
         return values;
     }

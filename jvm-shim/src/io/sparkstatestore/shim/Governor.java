@@ -20,13 +20,13 @@ import org.slf4j.LoggerFactory;
  * under a burst.
  *
  * <p>Inputs: in-flight crossings (a task's signal while the batch runs) and end-of-task reports
- * (each task's peak, kept by {@link BatchReports}), read at the batch's end. Rule: the first crossing of a batch (in flight or
- * at its end) wakes its query once; the clock remembers a wake that arrives while the batch
- * runs, so the next batch starts when this one ends. Batches that keep crossing keep being
- * followed at once; the first that stays under the limit wakes nobody, so the interval comes
- * back by itself, unless the previous batch was started early and a whole interval of this
- * batch's input would cross (its peak scaled from the time its input accumulated to the
- * interval: a burst is then drained in small batches). Each early trigger is logged with its
+ * (each task's peak, kept by {@link BatchReports}), read at the batch's end. Rule: the first
+ * crossing of a batch (in flight or at its end) wakes its query once; the clock remembers a
+ * wake that arrives while the batch runs, so the next batch starts when this one ends.
+ * Batches that keep crossing keep being followed at once; the first that stays under the
+ * limit wakes nobody, so the interval comes back by itself, unless the previous batch was
+ * started early and a whole interval of this batch's input would cross (its peak scaled from
+ * the time its input accumulated to the interval: a burst is then drained in small batches). Each early trigger is logged with its
  * reason; for a query whose crossings can start nothing early the log says once why.
  *
  * <p>Thread-safe: signals arrive on the receiver's thread, batch ends on the listener bus.

@@ -74,8 +74,7 @@ public final class StateStoreDriver {
             String host = conf.get("spark.driver.host", null);
             String bind = conf.get("spark.driver.bindAddress", host == null ? "127.0.0.1" : host);
             governor = new Governor();
-            receiver = new SignalReceiver(bind, host == null ? bind : host, port(conf),
-                    this::onSignal);
+            receiver = new SignalReceiver(bind, host == null ? bind : host, port(conf), this::onSignal);
             conf.set(TARGET, receiver.target());
             conf.set(SECRET, receiver.secretHex());
             LOG.info("spark_statestore early trigger: receiving task signals on {} (bound to {})", receiver.target(), bind);
