@@ -325,9 +325,9 @@ class Changelog:
             yield from zip(repeat(store), keys, values)
 
 
-def _as_list(column: "pa.Array | Sequence[bytes | None]") -> Sequence[bytes | None]:
+def _as_list(column: pa.Array | Sequence[bytes | None]) -> Sequence[bytes | None]:
     return column.to_pylist() if isinstance(column, pa.Array) else column
 
 
-def _as_array(column: "pa.Array | Sequence[bytes | None]") -> pa.Array:
+def _as_array(column: pa.Array | Sequence[bytes | None]) -> pa.Array:
     return column if isinstance(column, pa.Array) else pa.array(column, pa.binary())
