@@ -3,11 +3,12 @@
 `VersionReader.records` walks the store API one record at a time (several Python frames
 per record). A reader of the whole store needs none of that: the copy is private and
 nothing writes to it, so the store's column family is scanned with rocksdict's C-level
-key and value iterators in chunks, and each chunk becomes Arrow arrays from one join of
-its bytes and their lengths. What comes out is what the store serves, in the same
-(key) order: every key of a key-value store; the live windows of a window store
-(`window_start` at or after its observed stream time minus its retention, data keys
-only: the store's bookkeeping keys start at 0xff); the live entries of a TTL store (its
+key and value iterators in chunks, and each chunk becomes Arrow arrays in one C-level
+pass of Arrow's; changelogs come as Arrow arrays per block (`Changelog.write_columns`).
+What comes out is what the store serves, in the same (key) order: every key of a
+key-value store; the live windows of a window store (`window_start` at or after its
+observed stream time minus its retention, data keys only: the store's bookkeeping keys
+start at 0xff); the live entries of a TTL store (its
 `0x00 | key` entries whose expiry is above its clock, without the layout's bytes).
 The changes of a TTL store are told apart per record (`ttl.decode_changes`).
 """
