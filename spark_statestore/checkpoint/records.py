@@ -10,10 +10,13 @@ Format 3 body: blocks, range deletions first (all integers big-endian)::
 A range-deletion block holds each range as a key (its start) and a value (its end). One
 block holds records of one store. Columns let a writer build a block with C-level loops
 (`map`, `accumulate`, `join`) and a reader make each column one binary Arrow array (offsets
-from one cumulative sum of the lengths, the bytes shared), instead of Python work per record. Measured on a 2-core VM
-with 10k changes: the writer alone 4.1 ms (the transaction's whole change set written out
-took 17.7 ms before); applying one to 1M keys 17.5 ms against 46.7 ms for the same
-changes in format 2 (`benchmarks/partition_state.py`, section 4).
+from one cumulative sum of the lengths, the bytes shared), instead of Python work per
+record. Measured on a 2-core VM with 10k changes: the writer alone 4.1 ms (the
+transaction's whole change set written out took 17.7 ms before); applying one to 1M keys
+17.5 ms against 46.7 ms for the same changes in format 2 (`benchmarks/partition_state.py`,
+section 4). The change feed of one partition (275,000 changes in two changelogs, verified
+and read as Arrow columns): 25 ms of CPU, against 128 to 136 ms when the blocks were cut
+into Python bytes and joined again (`benchmarks/README.md`, state_reader.py).
 
 Format 2 body: records ``u8 op (0 delete, 1 put, 2 delete range) | u16 store index |
 u32 key length | u32 value length | key | value``.
@@ -116,7 +119,9 @@ class _Body:
         return data
 
 
-def _column(blob: memoryview, lens: np.ndarray, what: str, where: str, deleted: np.ndarray | None = None) -> pa.Array:
+def _column(
+    blob: memoryview, lens: np.ndarray, what: str, where: str, deleted: np.ndarray | None = None
+) -> pa.Array:
     """A binary Arrow array of the items `lens` cut out of `blob` (null where `deleted`):
     offsets from one cumulative sum, the bytes shared with `blob` (no copy per item)."""
     offsets = np.zeros(len(lens) + 1, np.int64)
