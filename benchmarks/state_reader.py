@@ -7,7 +7,10 @@ committed in a commit log, with a snapshot so a reader restores a snapshot plus 
 changelog. The same records are also written as parquet files (one per partition).
 Both are read by Spark with `local[2]` and aggregated (`count` and `sum(value)`), best of
 three. The change feed of both batches (every change: 1.1x the records) is timed the
-same way, for its own rows per second.
+same way, for its own rows per second; so is a Python data source that yields the parquet
+files' Arrow batches as they are (no state work: what any Python data source costs Spark).
+Each read also gets the CPU seconds of the whole application (the driver's JVM and every
+Python worker, from /proc: the figure a shared machine's load moves least), best of three.
 
     python benchmarks/state_reader.py [--records N] [--partitions P]
 """
@@ -39,6 +42,7 @@ from spark_statestore.partition import (  # noqa: E402
     record_query_layout,
 )
 from spark_statestore.spark import KeyValue, register_reader  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
 STORE = KeyValue("totals", Serdes.string(), Serdes.int64())
 
@@ -76,13 +80,73 @@ def write_parquet(directory: str, records: int, partitions: int) -> None:
         pq.write_table(pa.table({"key": keys, "value": values}), os.path.join(directory, f"{p}.parquet"))
 
 
-def timed(frame_factory) -> tuple[float, tuple]:
-    best, result = float("inf"), None
+class ReadyBatches(DataSource):
+    """`format("ready_batches")`: the parquet files under `path` as a Python data source
+    whose `read` yields their Arrow batches unchanged, one input partition per file."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "ready_batches"
+
+    def schema(self) -> str:
+        return "partition int, key string, value long"
+
+    def reader(self, schema) -> DataSourceReader:
+        return _ReadyReader(self.options["path"])
+
+
+class _ReadyReader(DataSourceReader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def partitions(self) -> list:
+        return [InputPartition(name) for name in sorted(os.listdir(self.path))]
+
+    def read(self, partition):
+        table = pq.read_table(os.path.join(self.path, partition.value))
+        number = pa.array(np.full(len(table), int(partition.value.split(".")[0]), np.int32))
+        start = 0
+        for batch in table.to_batches(65_536):
+            yield pa.RecordBatch.from_arrays(
+                [number.slice(start, len(batch)), batch.column(0), batch.column(1)], ["partition", "key", "value"]
+            )
+            start += len(batch)
+
+
+def app_cpu_seconds() -> float:
+    """CPU seconds used so far by this process's descendants that are alive (the Spark
+    driver's JVM and its Python workers), from /proc; 0 where there is no /proc."""
+    if not os.path.isdir("/proc"):
+        return 0.0
+    children: dict[int, list[int]] = {}
+    used: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        total += used.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
+
+
+def timed(frame_factory) -> tuple[float, float, tuple]:
+    """Best wall seconds and best application CPU seconds of three runs, and the result."""
+    best, best_cpu, result = float("inf"), float("inf"), None
     for _ in range(3):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), app_cpu_seconds()
         result = tuple(frame_factory().selectExpr("count(key)", "sum(value)").collect()[0])
         best = min(best, time.perf_counter() - started)
-    return best, result
+        best_cpu = min(best_cpu, app_cpu_seconds() - cpu)
+    return best, best_cpu, result
 
 
 def main() -> None:
@@ -104,12 +168,14 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register_reader(spark)
+    spark.dataSource.register(ReadyBatches)
     try:
-        state_s, state_result = timed(
+        state_s, state_cpu, state_result = timed(
             lambda: spark.read.format("spark_statestore").option("checkpointLocation", location).option("store", "totals").load()
         )
-        parquet_s, parquet_result = timed(lambda: spark.read.parquet(parquet))
-        changes_s, (changes, _) = timed(
+        parquet_s, parquet_cpu, parquet_result = timed(lambda: spark.read.parquet(parquet))
+        ready_s, ready_cpu, _ = timed(lambda: spark.read.format("ready_batches").load(parquet))
+        changes_s, changes_cpu, (changes, _) = timed(
             lambda: spark.read.format("spark_statestore").option("checkpointLocation", location)
             .option("store", "totals").option("readChangeFeed", "true").option("changeStartBatchId", "0").load()
         )
@@ -119,12 +185,14 @@ def main() -> None:
     if state_result != parquet_result:
         raise SystemExit(f"the two reads disagree: state {state_result}, parquet {parquet_result}")
     rows = [
-        ["state reader (snapshot + changelog per partition)", args.records / state_s],
-        ["parquet", args.records / parquet_s],
-        ["state change feed (batches 0 and 1, every change)", changes / changes_s],
+        ["state reader (snapshot + changelog per partition)", args.records / state_s, state_cpu],
+        ["parquet", args.records / parquet_s, parquet_cpu],
+        ["Python data source yielding the parquet batches", args.records / ready_s, ready_cpu],
+        ["state change feed (batches 0 and 1, every change)", changes / changes_s, changes_cpu],
     ]
     print(f"\n{args.records:,} records, {args.partitions} partitions, local[2], best of 3")
-    print_table(["read", "rows/s"], rows)
+    print_table(["read", "rows/s", "app CPU s"], rows)
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     print(f"headline: state reader / parquet rows per second = {parquet_s and state_s and (parquet_s / state_s):.2f}")
 
 

@@ -1,5 +1,6 @@
 """The changelog reader and writer on their own: what one writes the other reads back
-exactly, across block limits (records and bytes); changelogs of format 2 (interleaved
+exactly, across block limits (records and bytes), as Python bytes and as binary Arrow
+columns (deletions null); changelogs of format 2 (interleaved
 records, written by earlier versions) still read; and bodies no writer makes, in either
 format, with valid checksums and ids, are refused naming the file."""
 
@@ -10,6 +11,7 @@ import random
 import struct
 import zlib
 
+import pyarrow as pa
 import pytest
 
 from spark_statestore import CorruptStateError
@@ -56,6 +58,17 @@ def test_what_is_written_is_read_back_exactly_across_block_limits(tmp_path):
     # blocks hold at most MAX_BLOCK_RECORDS records and about MAX_BLOCK_BYTES bytes
     sizes = [len(keys) for _, keys, _ in changelog.write_blocks()]
     assert max(sizes) <= MAX_BLOCK_RECORDS and len(sizes) > len(blocks)
+    assert _column_entries(changelog) == expected
+
+
+def _column_entries(changelog: Changelog) -> list:
+    """`entries()` through `write_columns()`: binary Arrow arrays, null where deleted."""
+    out = []
+    for store, keys, values in changelog.write_columns():
+        assert keys.type == values.type == pa.binary() and keys.null_count == 0
+        assert values.null_count == sum(v is None for v in values.to_pylist())
+        out += [(store, k, v) for k, v in zip(keys.to_pylist(), values.to_pylist())]
+    return out
 
 
 def test_single_puts_and_blocks_read_back_the_same(tmp_path):
@@ -150,6 +163,7 @@ def test_format_2_changelogs_still_read(tmp_path):
     assert changelog.format == 2
     assert changelog.ranges() == {"b": [(b"a", b"c")]}
     assert list(changelog.entries()) == [("a", b"k", b"v"), ("b", b"gone", None), ("b", b"e", b"")]
+    assert _column_entries(changelog) == list(changelog.entries())
 
 
 PUT = _block(0, 0, [b"k"], [b"v"])

@@ -9,11 +9,14 @@ Format 3 body: blocks, range deletions first (all integers big-endian)::
 
 A range-deletion block holds each range as a key (its start) and a value (its end). One
 block holds records of one store. Columns let a writer build a block with C-level loops
-(`map`, `accumulate`, `join`) and a reader cut the keys and values out with one list
-comprehension per column, instead of Python work per record. Measured on a 2-core VM
-with 10k changes: the writer alone 4.1 ms (the transaction's whole change set written out
-took 17.7 ms before); applying one to 1M keys 17.5 ms against 46.7 ms for the same
-changes in format 2 (`benchmarks/partition_state.py`, section 4).
+(`map`, `accumulate`, `join`) and a reader make each column one binary Arrow array (offsets
+from one cumulative sum of the lengths, the bytes shared), instead of Python work per
+record. Measured on a 2-core VM with 10k changes: the writer alone 4.1 ms (the
+transaction's whole change set written out took 17.7 ms before); applying one to 1M keys
+17.5 ms against 46.7 ms for the same changes in format 2 (`benchmarks/partition_state.py`,
+section 4). The change feed of one partition (275,000 changes in two changelogs, verified
+and read as Arrow columns): 25 ms of CPU, against 128 to 136 ms when the blocks were cut
+into Python bytes and joined again (`benchmarks/README.md`, state_reader.py).
 
 Format 2 body: records ``u8 op (0 delete, 1 put, 2 delete range) | u16 store index |
 u32 key length | u32 value length | key | value``.
@@ -32,6 +35,9 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import BinaryIO, Iterator, Sequence
 
+import numpy as np
+import pyarrow as pa
+
 from spark_statestore.errors import CorruptStateError
 
 WRITES, RANGES = 0, 1
@@ -42,10 +48,13 @@ MAX_BLOCK_BYTES = 1 << 20  # key and value bytes a writer puts in one block (one
 _READ_BYTES = 1 << 20
 _RECORD_V2 = struct.Struct(">BHII")
 _PUT_V2, _RANGE_V2 = 1, 2
+_INT32_LIMIT = 1 << 31
+_U32 = np.dtype(">u4")  # the lengths' type in the file
 _SWAP = sys.byteorder == "little"  # the lengths are big-endian in the file
 assert array("I").itemsize == 4, "length columns are arrays of 32-bit unsigned ints"
 
-Block = tuple[int, str, Sequence[bytes], Sequence["bytes | None"]]  # kind, store, keys, values
+# kind, store, keys, values (None: deleted): binary Arrow arrays in format 3, lists in format 2
+Block = tuple[int, str, "pa.Array | Sequence[bytes]", "pa.Array | Sequence[bytes | None]"]
 
 
 def _u32s(values: Sequence[int] | map) -> bytes:
@@ -53,14 +62,6 @@ def _u32s(values: Sequence[int] | map) -> bytes:
     if _SWAP:
         column.byteswap()
     return column.tobytes()
-
-
-def _read_u32s(raw: bytes) -> array:
-    column = array("I")
-    column.frombytes(raw)
-    if _SWAP:
-        column.byteswap()
-    return column
 
 
 def encode_blocks(kind: int, store: int, keys: Sequence[bytes], values: Sequence[bytes | None]) -> Iterator[bytes]:
@@ -118,19 +119,31 @@ class _Body:
         return data
 
 
-def _cut(blob: bytes, lens: array, what: str, where: str) -> list[bytes]:
-    ends = list(accumulate(lens))
-    if (ends[-1] if ends else 0) != len(blob):
+def _column(
+    blob: memoryview, lens: np.ndarray, what: str, where: str, deleted: np.ndarray | None = None
+) -> pa.Array:
+    """A binary Arrow array of the items `lens` cut out of `blob` (null where `deleted`):
+    offsets from one cumulative sum, the bytes shared with `blob` (no copy per item)."""
+    offsets = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] != len(blob):
         raise CorruptStateError(f"{where} holds a block whose {what} lengths do not add up to its {what} bytes")
-    return [blob[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+    if offsets[-1] >= _INT32_LIMIT:  # beyond a binary array's offsets: let Arrow chunk it
+        items = [bytes(blob[a:b]) for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        if deleted is not None:
+            items = [None if gone else item for item, gone in zip(items, deleted.tolist())]
+        return pa.array(items, pa.binary())
+    validity = None if deleted is None else pa.array(~deleted).buffers()[1]
+    buffers = [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(blob)]
+    return pa.Array.from_buffers(pa.binary(), len(lens), buffers)
 
 
 def read_blocks(
     f: BinaryIO, start: int, end: int, stores: Sequence[str], records: int, where: str, ranges_only: bool = False
 ) -> Iterator[Block]:
-    """The blocks of a format-3 body between offsets `start` and `end` of `f`, checked
-    (`ranges_only`: the range-deletion blocks, which come first; the first write block's
-    header ends the walk)."""
+    """The blocks of a format-3 body between offsets `start` and `end` of `f`, checked,
+    with keys and values as binary Arrow arrays (deleted values are null; `ranges_only`:
+    the range-deletion blocks, which come first; the first write block's header ends the walk)."""
     body = _Body(f, start, end, where)
     count = 0
     writes_seen = False
@@ -144,22 +157,20 @@ def read_blocks(
             raise CorruptStateError(f"{where} holds a range deletion after its writes")
         writes_seen = kind == WRITES
         columns = body.read(8 * n + key_bytes + value_bytes, "block")
-        key_lens = _read_u32s(columns[: 4 * n])
-        value_lens = _read_u32s(columns[4 * n : 8 * n])
-        deleted = DELETED in value_lens
-        if deleted:
+        key_lens = np.frombuffer(columns, _U32, n)
+        value_lens = np.frombuffer(columns, _U32, n, 4 * n)
+        deleted = value_lens == DELETED
+        if deleted.any():
             if kind == RANGES:
                 raise CorruptStateError(f"{where} holds a range deletion without an end")
-            marks = value_lens
-            value_lens = array("I", [0 if v == DELETED else v for v in marks])
-        keys = _cut(columns[8 * n : 8 * n + key_bytes], key_lens, "key", where)
-        values: list = _cut(columns[8 * n + key_bytes :], value_lens, "value", where)
-        if deleted:
-            for i, mark in enumerate(marks):
-                if mark == DELETED:
-                    values[i] = None
+            value_lens = np.where(deleted, 0, value_lens)
+        else:
+            deleted = None
+        view = memoryview(columns)
+        keys = _column(view[8 * n : 8 * n + key_bytes], key_lens, "key", where)
+        values = _column(view[8 * n + key_bytes :], value_lens, "value", where, deleted)
         if kind == RANGES:
-            for lo, hi in zip(keys, values):
+            for lo, hi in zip(keys.to_pylist(), values.to_pylist()):
                 if lo > hi:
                     raise CorruptStateError(
                         f"{where} holds a range deletion whose end {hi!r} comes before its start {lo!r}"

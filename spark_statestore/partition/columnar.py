@@ -3,11 +3,12 @@
 `VersionReader.records` walks the store API one record at a time (several Python frames
 per record). A reader of the whole store needs none of that: the copy is private and
 nothing writes to it, so the store's column family is scanned with rocksdict's C-level
-key and value iterators in chunks, and each chunk becomes Arrow arrays from one join of
-its bytes and their lengths. What comes out is what the store serves, in the same
-(key) order: every key of a key-value store; the live windows of a window store
-(`window_start` at or after its observed stream time minus its retention, data keys
-only: the store's bookkeeping keys start at 0xff); the live entries of a TTL store (its
+key and value iterators in chunks, and each chunk becomes Arrow arrays in one C-level
+pass of Arrow's; changelogs come as Arrow arrays per block (`Changelog.write_columns`).
+What comes out is what the store serves, in the same (key) order: every key of a
+key-value store; the live windows of a window store (`window_start` at or after its
+observed stream time minus its retention, data keys only: the store's bookkeeping keys
+start at 0xff); the live entries of a TTL store (its
 `0x00 | key` entries whose expiry is above its clock, without the layout's bytes).
 The changes of a TTL store are told apart per record (`ttl.decode_changes`).
 """
@@ -48,21 +49,9 @@ class StoreColumns:
 
 
 def binary_array(items: list) -> pa.Array:
-    """A binary Arrow array of `items` (bytes, or None for a null) from one join of their
-    bytes and their lengths: no Python step per item."""
-    count = len(items)
-    nulls = None in items
-    present = [b"" if i is None else i for i in items] if nulls else items
-    offsets = np.zeros(count + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, present), np.int64, count), out=offsets[1:])
-    if offsets[-1] >= _INT32_LIMIT:  # beyond a binary array's offsets: let Arrow decide
-        return pa.array(items, pa.binary())
-    validity = None
-    if nulls:
-        mask = np.fromiter((i is not None for i in items), np.bool_, count)
-        validity = pa.array(mask).buffers()[1]
-    data = pa.py_buffer(b"".join(present))
-    return pa.Array.from_buffers(pa.binary(), count, [validity, pa.py_buffer(offsets.astype(np.int32)), data])
+    """A binary Arrow array of `items` (bytes, or None for a null), built by Arrow in one
+    C-level pass (a chunked array beyond 2 GiB of bytes)."""
+    return pa.array(items, pa.binary())
 
 
 def window_parts(stored: pa.Array, retain_duplicates: bool) -> tuple[pa.Array, pa.Array]:
@@ -253,10 +242,9 @@ def changelog_columns(changelog: Any, spec: StoreSpec, version: int) -> Iterator
             none = pa.nulls(len(expiries), pa.binary())
             starts = pa.array([int.from_bytes(hi[:8], "big") for hi in expiries], pa.int64())
             yield ChangeColumns(version, pa.array(["expire"] * len(expiries)), none, none, starts)
-    for store, keys, values in changelog.write_blocks():
+    for store, stored, raw in changelog.write_columns():
         if store != spec.name:
             continue
-        stored, raw = binary_array(list(keys)), binary_array(list(values))
         starts = None
         if window is not None:
             data = pc.less(stored, _DATA_KEYS_END)
