@@ -37,6 +37,9 @@ final class Governor {
 
     private record BatchKey(String queryId, long batchId) {}
 
+    /** A batch's decision and its largest task report with a limit (null: none). */
+    record Ended(Optional<Decision> decision, Signal top) {}
+
     /** Decided batches (empty: crossed, but nothing was woken), the latest {@link #KEEP_BATCHES}. */
     private final LinkedHashMap<BatchKey, Optional<Decision>> decided = new LinkedHashMap<>() {
         private static final long serialVersionUID = 1L;
@@ -64,9 +67,10 @@ final class Governor {
     /**
      * A batch ended: its largest task peak decides (end of batch), else the projection of it
      * over a whole interval ({@code accumulatedMs}: how long its input accumulated, from the
-     * previous batch's start to its own; 0 when unknown). Returns the batch's decision.
+     * previous batch's start to its own; 0 when unknown). Returns the batch's decision and
+     * its largest task report.
      */
-    synchronized Optional<Decision> batchEnded(String queryId, long batchId, long accumulatedMs) {
+    synchronized Ended batchEnded(String queryId, long batchId, long accumulatedMs) {
         BatchKey key = new BatchKey(queryId, batchId);
         Map<Integer, Signal> peaks = reports.remove(key);
         Signal top = null; // the largest peak of a task with a limit (the lowest partition of equals)
@@ -83,7 +87,7 @@ final class Governor {
                 crossing(queryId, batchId, "projected", top.partition(), projected, top.limit());
             }
         }
-        return decision(queryId, batchId);
+        return new Ended(decision(queryId, batchId), top);
     }
 
     /** The decision of a batch (empty: none, or nothing could be woken). */

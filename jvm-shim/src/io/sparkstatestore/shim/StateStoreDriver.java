@@ -2,6 +2,7 @@ package io.sparkstatestore.shim;
 
 import java.io.IOException;
 import java.time.Instant;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.ConcurrentHashMap;
@@ -44,13 +45,15 @@ public final class StateStoreDriver {
     private static final class Run {
         final String runId;
         final BatchFiles files;
+        final Admission admission;
         boolean wanted;
         long lastBatch = -2;
         long lastStartMs;
 
-        Run(String runId, BatchFiles files) {
+        Run(String runId, BatchFiles files, Admission admission) {
             this.runId = runId;
             this.files = files;
+            this.admission = admission;
         }
     }
 
@@ -151,9 +154,11 @@ public final class StateStoreDriver {
             governor.runStarted(queryId);
         }
         BatchFiles files = null;
+        String admission = "true";
         if (execution != null) {
             try {
                 SparkSession session = (SparkSession) QueryTriggers.call(execution, "sparkSession");
+                admission = session.conf().get(Admission.SETTING, "true");
                 Configuration hadoop = (Configuration) QueryTriggers.call(QueryTriggers.call(session, "sessionState"), "newHadoopConf");
                 int retain = Integer.parseInt(session.conf().get(RETAIN, "100").trim());
                 files = new BatchFiles((String) QueryTriggers.call(execution, "resolvedCheckpointRoot"), hadoop, Math.max(1, retain));
@@ -161,7 +166,7 @@ public final class StateStoreDriver {
                 LOG.warn("spark_statestore: no batch files for query {}: {}", queryId, QueryTriggers.cause(e));
             }
         }
-        runs.put(queryId, new Run(runId, files));
+        runs.put(queryId, new Run(runId, files, governor == null ? null : Admission.of(queryId, execution, admission)));
     }
 
     void runEnded(String queryId, String runId) {
@@ -181,10 +186,16 @@ public final class StateStoreDriver {
         long startMs = Instant.parse(progress.timestamp()).toEpochMilli();
         Run run = runs.get(queryId);
         Optional<Decision> decision = Optional.empty();
+        List<LimitChange> admitted = List.of();
         if (governor != null) {
             receiver.drain();
             long accumulated = run != null && run.lastBatch == batchId - 1 ? startMs - run.lastStartMs : 0;
-            decision = governor.batchEnded(queryId, batchId, accumulated);
+            Governor.Ended ended = governor.batchEnded(queryId, batchId, accumulated);
+            decision = ended.decision();
+            if (run != null && run.admission != null) {
+                admitted = run.admission.batchEnded(progress, ended.top());
+                wakeIfCutShort(queryId, admitted);
+            }
         }
         if (run == null) {
             return;
@@ -201,11 +212,19 @@ public final class StateStoreDriver {
         try {
             run.wanted = run.wanted || run.files.wanted();
             if (run.wanted) {
-                run.files.write(queryId, progress.runId().toString(), batchId, startMs, dropped, decision);
+                run.files.write(queryId, progress.runId().toString(), batchId, startMs, dropped, decision, admitted);
             }
         } catch (IOException | RuntimeException e) {
             LOG.warn("spark_statestore: cannot write the file of query {} batch {} under {}: {}",
                     queryId, batchId, run.files.root(), e.toString());
+        }
+    }
+
+    /** A batch cut short by an admission limit is followed at once (a wake of its clock). */
+    private static void wakeIfCutShort(String queryId, List<LimitChange> admitted) {
+        QueryTrigger trigger = QueryTriggers.get(queryId);
+        if (trigger != null && trigger.wakeable() && admitted.stream().anyMatch(LimitChange::cutShort)) {
+            trigger.clock().wake();
         }
     }
 
