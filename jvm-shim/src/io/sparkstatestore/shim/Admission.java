@@ -27,7 +27,10 @@ import org.slf4j.LoggerFactory;
  * grows back by a quarter per batch that did not. A source admitting less than its limit takes
  * all that waits (a steady stream is not cut); a batch that admitted its whole limit was cut
  * short, and the query is woken so the rest follows at once. Only how input is cut into batches
- * changes, never the input or its order. Runs on the listener bus, one batch at a time.
+ * changes, never the input or its order. A new run of the query (a restart) goes on from the
+ * previous run's estimate: its first batch may re-run one the previous run planned under a
+ * limit, and that limit tells whether it was cut short. Runs on the listener bus, one batch at
+ * a time.
  */
 final class Admission {
     static final String SETTING = "spark.statestore.earlyTrigger.admission";
@@ -51,15 +54,33 @@ final class Admission {
     private final Object execution;
     private final Map<SparkDataStream, Source> sources = new HashMap<>();
     private final Set<String> explained = new HashSet<>();
+    private final Map<String, Long> inherited = new HashMap<>(); // limits of the previous run, by source
     private double headroom = HEADROOM;
 
-    private Admission(String queryId, Object execution) {
+    /** What a run's estimate leaves to the next run of its query: headroom, limits by source. */
+    record Carried(double headroom, Map<String, Long> limits) {}
+
+    private Admission(String queryId, Object execution, Carried previous) {
         this.queryId = queryId;
         this.execution = execution;
+        if (previous != null) {
+            headroom = previous.headroom();
+            inherited.putAll(previous.limits());
+        }
     }
 
-    /** The admission of a run, or null (with the reason logged) when it cannot have one. */
-    static Admission of(String queryId, Object execution, String setting) {
+    /** This run's estimate, for the next run of the query. */
+    Carried carried() {
+        Map<String, Long> limits = new HashMap<>();
+        sources.forEach((stream, source) -> limits.put(stream.toString(), source.limit));
+        return new Carried(headroom, limits);
+    }
+
+    /**
+     * The admission of a run (going on from the {@code previous} run's, if any), or null (with
+     * the reason logged) when it cannot have one.
+     */
+    static Admission of(String queryId, Object execution, String setting, Carried previous) {
         String value = setting.trim().toLowerCase(java.util.Locale.ROOT);
         if (!value.equals("true")) {
             LOG.info("spark_statestore admission: off for query {}: {}", queryId, value.equals("false")
@@ -78,7 +99,7 @@ final class Admission {
                     + "reachable in this Spark: {}", queryId, ReadLimits.LIMITS, QueryTriggers.cause(e));
             return null;
         }
-        return new Admission(queryId, execution);
+        return new Admission(queryId, execution, previous);
     }
 
     /**
@@ -99,7 +120,11 @@ final class Admission {
                 explainOnce(e.getKey().toString(), "source " + e.getKey() + " (" + e.getKey().getClass().getName()
                         + ") has no admission control spark_statestore can use; its batches take what its own limit says");
             } else {
-                sources.computeIfAbsent(e.getKey(), k -> new Source(unit, e.getValue()));
+                sources.computeIfAbsent(e.getKey(), k -> {
+                    Source source = new Source(unit, e.getValue());
+                    source.limit = inherited.getOrDefault(k.toString(), -1L);
+                    return source;
+                });
             }
         }
         if (top == null || top.limit() < 0 || sources.isEmpty()) {
@@ -162,10 +187,11 @@ final class Admission {
             explainOnce(stream + "/set", "cannot set the read limit of " + stream + ": " + QueryTriggers.cause(e));
             return null;
         }
-        String action = source.limit < 0 ? (previous < 0 ? "none" : "lifted") : previous < 0 ? "set" : "kept";
+        String action = source.limit < 0 ? (previous < 0 ? "none" : "lifted")
+                : previous < 0 ? "set" : source.limit < previous ? "lowered" : source.limit > previous ? "raised" : "kept";
         LimitChange change = new LimitChange(stream.toString(), source.unit, admitted, source.limit, cutShort,
                 action + ": " + why + (cutShort ? "; the batch was cut short: the next starts at once" : ""));
-        if (!action.equals("kept") || previous != source.limit || cutShort) {
+        if (!action.equals("kept") || cutShort) {
             LOG.info("spark_statestore admission: query {} batch {}: {} admitted {} {}, next limit {}: {}", queryId,
                     progress.batchId(), stream, admitted, source.unit, source.limit, change.reason());
         }

@@ -39,6 +39,7 @@ public final class StateStoreDriver {
     static final String RETAIN = "spark.statestore.minBatchesToRetain";
     static final String LISTENERS = "spark.sql.streaming.streamingQueryListeners";
     private static final Logger LOG = LoggerFactory.getLogger(StateStoreDriver.class);
+    private static final int KEEP_CARRIED = 1000;
     private static StateStoreDriver current;
 
     /** What the driver keeps of a query's current run. */
@@ -62,6 +63,8 @@ public final class StateStoreDriver {
     private final SignalReceiver receiver;
     private final String startedBy;
     private final Map<String, Run> runs = new ConcurrentHashMap<>();
+    /** The admission estimate of each stopped query's last run, for its next run. */
+    private final Map<String, Admission.Carried> carried = new ConcurrentHashMap<>();
 
     private StateStoreDriver(SparkContext context, String startedBy) throws IOException {
         this.context = context;
@@ -166,11 +169,24 @@ public final class StateStoreDriver {
                 LOG.warn("spark_statestore: no batch files for query {}: {}", queryId, QueryTriggers.cause(e));
             }
         }
-        runs.put(queryId, new Run(runId, files, governor == null ? null : Admission.of(queryId, execution, admission)));
+        Admission admitted = governor == null ? null
+                : Admission.of(queryId, execution, admission, carried.remove(queryId));
+        runs.put(queryId, new Run(runId, files, admitted));
     }
 
     void runEnded(String queryId, String runId) {
-        runs.computeIfPresent(queryId, (id, run) -> run.runId.equals(runId) ? null : run);
+        runs.computeIfPresent(queryId, (id, run) -> {
+            if (!run.runId.equals(runId)) {
+                return run;
+            }
+            if (run.admission != null) {
+                if (carried.size() >= KEEP_CARRIED) {
+                    carried.clear(); // bounded: an estimate is only a head start
+                }
+                carried.put(queryId, run.admission.carried());
+            }
+            return null;
+        });
         if (governor != null) {
             governor.runEnded(queryId);
         }
