@@ -158,16 +158,24 @@ final class Admission {
         double perUnit = (double) top.uncommittedBytes() / admitted;
         long units = perUnit <= 0 ? Long.MAX_VALUE
                 : (long) Math.max(1, Math.floor(headroom * top.limit() / perUnit / sources.size()));
-        ReadLimit next = ReadLimits.bounded(source.unit, units, source.user, ReadLimits.takesComposite(stream));
+        ReadLimit next;
+        long userCount;
+        try {
+            next = ReadLimits.bounded(stream, source.unit, units, source.user);
+            userCount = ReadLimits.count(source.user);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            explainOnce(stream + "/bound", "cannot bound the read limit " + source.user + " of " + stream + ": "
+                    + QueryTriggers.cause(e));
+            return null;
+        }
         String why;
         if (next == null) {
             explainOnce(stream + "/user", "source " + stream + " keeps its own limit " + source.user
                     + " (it cannot take a bound in " + source.unit + " beside it)");
             return null;
         }
-        long count = ReadLimits.count(next);
-        long userCount = ReadLimits.count(source.user);
         boolean userBound = units == Long.MAX_VALUE || (userCount >= 0 && userCount <= units);
+        long count = Math.min(units, userCount < 0 ? Long.MAX_VALUE : userCount);
         long previous = source.limit;
         if (userBound) {
             next = source.user;

@@ -31,8 +31,9 @@ import org.apache.spark.sql.connector.read.streaming.SparkDataStream;
  * from 4.1) matches {@code ReadMaxFiles}, {@code ReadMaxBytes} and {@code ReadAllAvailable}
  * only (a composite would fail the query) and lists each batch's files in its
  * {@code private final FileStreamSourceLog metadataLog}, keyed by the {@code logOffset} of its
- * offsets. Kafka's sources and Python data sources with admission control
- * ({@code PythonMicroBatchStreamWithAdmissionControl}, 4.2+) take {@code ReadMaxRows}.
+ * offsets. Kafka's sources take {@code ReadMaxRows} (and a composite); Python data sources with
+ * admission control ({@code PythonMicroBatchStreamWithAdmissionControl}, 4.2 and 4.3) take a
+ * {@code PythonStreamingSourceReadLimit(json)} only (see {@link #pythonMaxRows}).
  */
 final class ReadLimits {
     static final String LIMITS = "uniqueSources";
@@ -40,6 +41,9 @@ final class ReadLimits {
     static final String FILE_LOG = "metadataLog";
     static final Set<String> ROW_SOURCES = Set.of(
             "KafkaMicroBatchStream", "KafkaSource", "PythonMicroBatchStreamWithAdmissionControl");
+    static final String PYTHON_LIMIT = "PythonStreamingSourceReadLimit";
+    private static final Pattern PYTHON_ALL = Pattern.compile("\"_type\"\\s*:\\s*\"ReadAllAvailable\"");
+    private static final Pattern PYTHON_MAX_ROWS = Pattern.compile("\"max_rows\"\\s*:\\s*(\\d+)");
     private static final Pattern LOG_OFFSET = Pattern.compile("\"logOffset\"\\s*:\\s*(-?\\d+)");
 
     private ReadLimits() {}
@@ -78,7 +82,8 @@ final class ReadLimits {
      * cannot take both (the user's limit then stays alone). A user's own bound stays an upper
      * bound: the smaller of the two counts.
      */
-    static ReadLimit bounded(String unit, long units, ReadLimit user, boolean composite) {
+    static ReadLimit bounded(SparkDataStream source, String unit, long units, ReadLimit user)
+            throws ReflectiveOperationException {
         long n = Math.max(1, units);
         if (unit.equals("files")) {
             if (user instanceof ReadAllAvailable) {
@@ -86,13 +91,16 @@ final class ReadLimits {
             }
             return user instanceof ReadMaxFiles files ? ReadLimit.maxFiles((int) Math.min(files.maxFiles(), n)) : null;
         }
+        if (user.getClass().getSimpleName().equals(PYTHON_LIMIT)) {
+            return pythonMaxRows(user, n);
+        }
         if (user instanceof ReadAllAvailable) {
             return ReadLimit.maxRows(n);
         }
         if (user instanceof ReadMaxRows rows) {
             return ReadLimit.maxRows(Math.min(rows.maxRows(), n));
         }
-        if (user instanceof CompositeReadLimit parts && composite) {
+        if (user instanceof CompositeReadLimit parts && source.getClass().getSimpleName().startsWith("Kafka")) {
             List<ReadLimit> kept = new ArrayList<>();
             long max = n;
             for (ReadLimit part : parts.getReadLimits()) {
@@ -108,13 +116,33 @@ final class ReadLimits {
         return null;
     }
 
-    /** Whether the source takes a composite limit (Kafka's sources do). */
-    static boolean takesComposite(SparkDataStream source) {
-        return source.getClass().getSimpleName().startsWith("Kafka");
+    /**
+     * A Python data source's limit: its runner takes only {@code ReadAllAvailable} or a
+     * {@code PythonStreamingSourceReadLimit} holding the Python limit as JSON
+     * ({@code {"_type": "ReadMaxRows", "max_rows": n}}, as pyspark's {@code datasource_internal}
+     * reads it, 4.2 and 4.3); any other kind would fail the query.
+     */
+    private static ReadLimit pythonMaxRows(ReadLimit user, long n) throws ReflectiveOperationException {
+        String json = (String) user.getClass().getMethod("json").invoke(user);
+        long max = n;
+        if (!PYTHON_ALL.matcher(json).find()) {
+            long own = pythonMaxRows(json);
+            if (own < 0) {
+                return null;
+            }
+            max = Math.min(max, own);
+        }
+        return (ReadLimit) user.getClass().getConstructor(String.class)
+                .newInstance("{\"_type\": \"ReadMaxRows\", \"max_rows\": " + max + "}");
+    }
+
+    private static long pythonMaxRows(String json) {
+        Matcher m = PYTHON_MAX_ROWS.matcher(json);
+        return json.contains("\"ReadMaxRows\"") && m.find() ? Long.parseLong(m.group(1)) : -1;
     }
 
     /** The count a limit puts on a source, or -1 for none. */
-    static long count(ReadLimit limit) {
+    static long count(ReadLimit limit) throws ReflectiveOperationException {
         if (limit instanceof ReadMaxFiles files) {
             return files.maxFiles();
         }
@@ -127,6 +155,9 @@ final class ReadLimits {
                     return rows.maxRows();
                 }
             }
+        }
+        if (limit.getClass().getSimpleName().equals(PYTHON_LIMIT)) {
+            return pythonMaxRows((String) limit.getClass().getMethod("json").invoke(limit));
         }
         return -1;
     }
