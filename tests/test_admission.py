@@ -79,6 +79,13 @@ class Burst:
     def processed(self, query) -> int:
         return sum(p["numInputRows"] for p in query.recentProgress)
 
+    def drained(self, query, rows: int, what: str) -> int:
+        """Waits until the query processed `rows` rows and the driver wrote the file of its
+        last batch (after the progress Spark reports); returns that batch."""
+        wait_until(lambda: self.processed(query) == rows and self.facts(query.lastProgress["batchId"]) is not None,
+                   what=what)
+        return query.lastProgress["batchId"]
+
 
 @pytest.fixture(scope="module")
 def session(classic_spark):
@@ -126,8 +133,8 @@ def test_a_burst_is_cut_into_bounded_batches_drained_back_to_back(session, tmp_p
     assert first[0].reason.startswith("set: ")
     burst.add(24)
     assert wake(session, str(query.id))
-    wait_until(lambda: burst.processed(query) == 25 * ROWS, what="the burst drained by wakes alone")
-    batches = [burst.facts(b) for b in range(1, query.lastProgress["batchId"] + 1)]
+    last = burst.drained(query, 25 * ROWS, "the burst drained by wakes alone")
+    batches = [burst.facts(b) for b in range(1, last + 1)]
     admitted = [f.admission[0].admitted for f in batches]
     assert sum(admitted) == 24 and len(admitted) >= 3, admitted
     for before, facts in zip([burst.facts(0)] + batches, batches):
@@ -184,12 +191,11 @@ def test_a_crossing_batch_tightens_the_limit_and_it_comes_back_up(session, tmp_p
     finally:
         ROWS = small
     assert wake(session, str(query.id))
-    wait_until(lambda: burst.processed(query) == small + 6 * 3 * small, what="the large burst drained")
-    large = query.lastProgress["batchId"]
+    large = burst.drained(query, small + 6 * 3 * small, "the large burst drained")
     burst.add(12)
     assert wake(session, str(query.id))
-    wait_until(lambda: burst.processed(query) == 13 * small + 6 * 3 * small, what="the small burst drained")
-    limits = [burst.facts(b).admission[0].limit for b in range(0, query.lastProgress["batchId"] + 1)]
+    last = burst.drained(query, 13 * small + 6 * 3 * small, "the small burst drained")
+    limits = [burst.facts(b).admission[0].limit for b in range(0, last + 1)]
     assert "crossed" in burst.facts(1).admission[0].reason and limits[1] < limits[0], limits
     assert burst.facts(1).admission[0].reason.startswith("lowered: ")
     assert limits[-1] > max(limits[1:large + 1]), limits  # back up after the burst
@@ -235,6 +241,7 @@ def rows_source(available: Path):
     return Source
 
 
+@pytest.mark.versioned  # runs where the minor has admission control for Python sources (4.2)
 @pytest.mark.spark
 @pytest.mark.skipif(not compat.FACTS.stream_admission_control,
                     reason="Python streaming data sources have no admission control before pyspark 4.2")
@@ -255,8 +262,8 @@ def test_a_python_streaming_source_is_bounded_in_rows(session, tmp_path):
     assert burst.facts(0).admission[0].unit == "rows" and burst.facts(0).admission[0].admitted == ROWS
     available.write_text(str(25 * ROWS))
     assert wake(session, str(query.id))
-    wait_until(lambda: burst.processed(query) == 25 * ROWS, what="the burst drained by wakes alone")
-    facts = [burst.facts(b) for b in range(0, query.lastProgress["batchId"] + 1)]
+    last = burst.drained(query, 25 * ROWS, "the burst drained by wakes alone")
+    facts = [burst.facts(b) for b in range(0, last + 1)]
     assert len(facts) >= 4
     for before, after in zip(facts, facts[1:]):
         assert after.admission[0].admitted <= before.admission[0].limit
