@@ -72,14 +72,14 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     rows = [
         [name, r["peak"], f"{r['burst_max_over_limit']:.2f}", f"{r['first_burst_over_limit']:.2f}", r["burst_peak_mean"],
-         r["spills"], r["batches"], r["early"], r["p50"], r["p99"]]
+         r["spills"], r["batches"], r["early"], r["cut_short"], f"{r['burst_batch_s']:.2f}", r["p50"], r["p99"]]
         for name, r in results.items()
     ]
     print(f"\ntrigger {args.trigger} s, {args.rate} rows/s steady, 10x for {args.burst_seconds} s, "
           f"limit {shape.uncommitted_limit} bytes")
     print_table(
         ["run", "peak uncommitted bytes/task", "burst max/limit", "first burst batch/limit", "mean peak, burst batches",
-         "spills", "batches", "early triggers", "burst latency p50 s", "p99 s"],
+         "spills", "batches", "early triggers", "cut short", "burst batch s", "burst latency p50 s", "p99 s"],
         rows,
     )
     off, on = results["admission off"], results["admission on"]

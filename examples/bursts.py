@@ -171,6 +171,10 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admiss
         "spills": int(tasks["spills"].sum()),
         "batches": len(batches_with_burst),
         "early": int(recent["early_triggers"].sum()),
+        "cut_short": int(recent["admission_cut_short"].sum()) if "admission_cut_short" in recent else 0,
+        "burst_batch_s": float(np.mean([p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress
+                                        if p["batchId"] >= first_batch_with(query, burst_ms[0]) and p["numInputRows"]]
+                                       or [0])) / 1000,
         "p50": float(np.percentile(in_burst, 50)) / 1000 if in_burst else float("nan"),
         "p99": float(np.percentile(in_burst, 99)) / 1000 if in_burst else float("nan"),
         "rows": len(latencies),

@@ -175,19 +175,17 @@ final class Admission {
             return null;
         }
         boolean userBound = units == Long.MAX_VALUE || (userCount >= 0 && userCount <= units);
-        long count = Math.min(units, userCount < 0 ? Long.MAX_VALUE : userCount);
         long previous = source.limit;
+        long limit = userBound ? -1 : units;
         if (userBound) {
             next = source.user;
-            source.limit = -1;
             why = perUnit <= 0 ? "no uncommitted bytes measured per " + source.unit.replaceAll("s$", "")
                     : "the source's own limit " + source.user + " is tighter";
         } else {
-            source.limit = count;
             why = String.format(java.util.Locale.ROOT, "%.0f bytes per %s (partition %d: %d bytes over %d %s)%s"
                             + "; %d %s keep a task near %.0f%% of %d",
                     perUnit, source.unit.replaceAll("s$", ""), top.partition(), top.uncommittedBytes(), admitted,
-                    source.unit, crossed ? ", crossed: tightened" : "", count, source.unit, headroom * 100, top.limit());
+                    source.unit, crossed ? ", crossed: tightened" : "", units, source.unit, headroom * 100, top.limit());
         }
         try {
             ReadLimits.set(execution, stream, next);
@@ -195,6 +193,7 @@ final class Admission {
             explainOnce(stream + "/set", "cannot set the read limit of " + stream + ": " + QueryTriggers.cause(e));
             return null;
         }
+        source.limit = limit;
         String action = source.limit < 0 ? (previous < 0 ? "none" : "lifted")
                 : previous < 0 ? "set" : source.limit < previous ? "lowered" : source.limit > previous ? "raised" : "kept";
         LimitChange change = new LimitChange(stream.toString(), source.unit, admitted, source.limit, cutShort,
