@@ -24,7 +24,8 @@ import org.slf4j.LoggerFactory;
  * at its end) wakes its query once; the clock remembers a wake that arrives while the batch
  * runs, so the next batch starts when this one ends. Batches that keep crossing keep being
  * followed at once; the first that stays under the limit wakes nobody, so the interval comes
- * back by itself, unless the previous batch was started early and a whole interval of this
+ * back by itself, unless the previous batch was started early (woken here, or cut short by an
+ * admission limit, {@link #cutShort}) and a whole interval of this
  * batch's input would cross (its peak scaled from the time its input accumulated to the
  * interval: a burst is then drained in small batches). Each early trigger is logged with its
  * reason; for a query whose crossings can start nothing early the log says once why.
@@ -52,6 +53,15 @@ final class Governor {
     /** End-of-task reports of running batches: per partition, the latest attempt's. */
     private final Map<BatchKey, Map<Integer, Signal>> reports = new HashMap<>();
     private final Set<String> explained = new HashSet<>();
+    /** Batches an admission limit cut short (their successor started at once), the latest few. */
+    private final Set<BatchKey> cutShort = java.util.Collections.newSetFromMap(new LinkedHashMap<>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<BatchKey, Boolean> eldest) {
+            return size() > KEEP_BATCHES;
+        }
+    });
 
     /** A task's signal: a crossing is decided at once, a report kept for the batch's end. */
     synchronized void accept(Signal signal) {
@@ -90,6 +100,14 @@ final class Governor {
         return new Ended(decision(queryId, batchId), top);
     }
 
+    /**
+     * An admission limit cut a batch short and its successor starts at once: for the
+     * projection, that successor is an early batch like one the governor woke.
+     */
+    synchronized void cutShort(String queryId, long batchId) {
+        cutShort.add(new BatchKey(queryId, batchId));
+    }
+
     /** The decision of a batch (empty: none, or nothing could be woken). */
     synchronized Optional<Decision> decision(String queryId, long batchId) {
         return decided.getOrDefault(new BatchKey(queryId, batchId), Optional.empty());
@@ -99,6 +117,7 @@ final class Governor {
     synchronized void runStarted(String queryId) {
         decided.keySet().removeIf(k -> k.queryId().equals(queryId));
         reports.keySet().removeIf(k -> k.queryId().equals(queryId));
+        cutShort.removeIf(k -> k.queryId().equals(queryId));
     }
 
     /** A run ended: its batches' reports will not be read. */
@@ -108,9 +127,11 @@ final class Governor {
 
     /** The peak a whole interval of input would give, while in a run of early batches; 0 if none. */
     private long projected(String queryId, long batchId, long peak, long accumulatedMs) {
-        Optional<Decision> previous = decided.getOrDefault(new BatchKey(queryId, batchId - 1), Optional.empty());
+        BatchKey before = new BatchKey(queryId, batchId - 1);
+        Optional<Decision> previous = decided.getOrDefault(before, Optional.empty());
+        boolean early = previous.isPresent() && previous.get().woken() || cutShort.contains(before);
         QueryTrigger trigger = QueryTriggers.get(queryId);
-        if (previous.isEmpty() || !previous.get().woken() || accumulatedMs <= 0 || trigger == null
+        if (!early || accumulatedMs <= 0 || trigger == null
                 || !trigger.wakeable() || trigger.intervalMs() <= accumulatedMs) {
             return 0;
         }

@@ -210,7 +210,10 @@ public final class StateStoreDriver {
             decision = ended.decision();
             if (run != null && run.admission != null) {
                 admitted = run.admission.batchEnded(progress, ended.top());
-                wakeIfCutShort(queryId, admitted);
+                if (admitted.stream().anyMatch(LimitChange::cutShort)) {
+                    governor.cutShort(queryId, batchId);
+                    wake(queryId);
+                }
             }
         }
         if (run == null) {
@@ -237,9 +240,9 @@ public final class StateStoreDriver {
     }
 
     /** A batch cut short by an admission limit is followed at once (a wake of its clock). */
-    private static void wakeIfCutShort(String queryId, List<LimitChange> admitted) {
+    private static void wake(String queryId) {
         QueryTrigger trigger = QueryTriggers.get(queryId);
-        if (trigger != null && trigger.wakeable() && admitted.stream().anyMatch(LimitChange::cutShort)) {
+        if (trigger != null && trigger.wakeable()) {
             trigger.clock().wake();
         }
     }
