@@ -19,6 +19,7 @@ from spark_statestore.spark.signals import (
     REPORT,
     SECRET_KEY,
     TARGET_KEY,
+    ReportFigures,
     Signal,
     SignalTarget,
     encode,
@@ -93,12 +94,17 @@ def test_forged_garbage_and_truncated_datagrams_are_rejected(receiver, counted):
     tampered = bytearray(good)
     tampered[-40] ^= 0x01  # a flipped bit in the limit
     raw_send(target, bytes(tampered))
-    raw_send(target, b"SSE1" + good[4:])  # wire format 1
+    raw_send(target, b"SSE2" + good[4:])  # wire format 2
+    raw_send(target, signed(b"SSE2" + good[4:-32], target.secret))  # wire format 2, signed
     fields = struct.pack("!qiqqq", 1, 0, 1, 1, 0)
+    figures = struct.pack("!9q", *range(9))
     raw_send(target, signed(MAGIC + struct.pack("!BB", 9, 1) + b"q" + fields, target.secret))  # unknown kind
     raw_send(target, signed(MAGIC + struct.pack("!BB", 1, 5) + b"q" + fields, target.secret))  # length lies
     raw_send(target, signed(MAGIC + struct.pack("!BB", 1, 2) + b"\xff\xfe" + fields, target.secret))  # not UTF-8
-    assert counted(10) == {"bad_tag": 3, "malformed": 7}
+    raw_send(target, signed(MAGIC + struct.pack("!BB", REPORT, 1) + b"q" + fields, target.secret))  # no figures
+    raw_send(target, signed(MAGIC + struct.pack("!BB", REPORT, 1) + b"q" + fields + figures[:-8], target.secret))
+    raw_send(target, signed(MAGIC + struct.pack("!BB", CROSSING, 1) + b"q" + fields + figures, target.secret))
+    assert counted(14) == {"bad_tag": 3, "malformed": 11}
 
 
 @pytest.mark.spark
@@ -124,6 +130,20 @@ def test_signals_far_behind_the_newest_batch_are_stale(receiver, counted):
     assert send(target, signal(batch=newest.batch_id - REPLAY_WINDOW_BATCHES, query=newest.query_id))  # still in
     assert send(target, signal(batch=newest.batch_id - REPLAY_WINDOW_BATCHES - 2, query=newest.query_id))  # far behind
     assert counted(3) == {"accepted": 2, "stale": 1}
+
+
+def test_only_a_report_carries_its_figures_after_the_common_fields():
+    figures = ReportFigures(*range(1, 10))
+    crossing = encode(Signal(CROSSING, "q", 5, 1, 7, 100, 10, figures), b"s" * 32)
+    report = encode(Signal(REPORT, "q", 5, 1, 7, 100, 10, figures), b"s" * 32)
+    assert len(crossing) == 4 + 2 + 1 + 36 + 32 and len(report) == len(crossing) + 9 * 8
+    assert report[:7] == MAGIC + bytes([REPORT, 1]) + b"q" and report[4 + 2 + 1 + 36:-32] == struct.pack("!9q", *range(1, 10))
+
+
+def test_a_reports_figures_are_the_tasks_record_in_whole_units():
+    record = {"rows_written": 5, "changelog_bytes": 300, "spills": 2, "cache_hits": 7, "cache_misses": 1,
+              "dropped_records": 0, "rows_expired": 3, "open_seconds": 0.0012344, "prepare_seconds": 2.5}
+    assert ReportFigures.of(record) == ReportFigures(5, 300, 2, 7, 1, 0, 3, 1234, 2_500_000)
 
 
 def test_a_query_id_longer_than_the_format_allows_is_refused():

@@ -7,7 +7,9 @@ Two kinds of message, each sent at most once per task attempt:
 * `CROSSING`: the task's uncommitted bytes passed the limit while it runs (the governor
   may start the query's next batch as soon as this one ends);
 * `REPORT`: at the end of the task, when it prepares its batch, its peak uncommitted bytes
-  and the limit (the governor reads the reports of a batch when the batch ends).
+  and the limit (the governor reads the reports of a batch when the batch ends), and the
+  task's `ReportFigures` (rows written, spills, cache hits...), which the driver sums per
+  query and batch for its Spark metrics source `spark_statestore` (`BatchMetrics`).
 
 The driver publishes where to send them and the secret that proves them in its SparkConf
 (`spark.statestore.earlyTrigger.target` = host:port, `.signingKey` = the secret as hex: not
@@ -26,9 +28,10 @@ receiver accepts each (kind, query, batch, task attempt id) once: Spark's `taskA
 is unique per attempt in a SparkContext, where the attempt number starts at 0 again in every
 stage (so a batch re-run after a restart in the same session is not taken for a replay).
 
-Wire format 2 (network byte order): magic `SSE2`, kind (1 byte), query id length (1), query
+Wire format 3 (network byte order): magic `SSE3`, kind (1 byte), query id length (1), query
 id (UTF-8), batch id (8), partition (4), task attempt id (8), uncommitted bytes (8),
-limit (8), tag (32).
+limit (8), for a `REPORT` only the figures (8 each, in `ReportFigures`' field order), tag
+(32). The receiver takes only datagrams of exactly the length their kind has.
 """
 
 from __future__ import annotations
@@ -41,11 +44,11 @@ import os
 import socket
 import struct
 import threading
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 
 log = logging.getLogger("spark_statestore.spark.signals")
 
-MAGIC = b"SSE2"
+MAGIC = b"SSE3"
 CROSSING = 1
 REPORT = 2
 MAX_QUERY_ID_BYTES = 255
@@ -56,8 +59,38 @@ _FIELDS = struct.Struct("!qiqqq")
 
 
 @dataclass(frozen=True)
+class ReportFigures:
+    """What a task's end-of-task report adds to its peak: counters of its `TaskMetrics`, and
+    its open and prepare times in microseconds (the wire carries whole numbers)."""
+
+    rows_written: int = 0
+    changelog_bytes: int = 0
+    spills: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    dropped_records: int = 0
+    rows_expired: int = 0
+    open_micros: int = 0
+    prepare_micros: int = 0
+
+    @classmethod
+    def of(cls, record: dict) -> ReportFigures:
+        """The figures of a task's metrics record (`TaskMetrics.as_dict()`)."""
+        micros = {"open_micros": "open_seconds", "prepare_micros": "prepare_seconds"}
+        return cls(**{
+            f.name: round(record[micros[f.name]] * 1e6) if f.name in micros else int(record[f.name])
+            for f in fields(cls)
+        })
+
+
+NO_FIGURES = ReportFigures()  # a crossing's
+_FIGURES = struct.Struct("!" + "q" * len(fields(ReportFigures)))
+
+
+@dataclass(frozen=True)
 class Signal:
-    """One message of a task attempt (`kind`: `CROSSING` or `REPORT`)."""
+    """One message of a task attempt (`kind`: `CROSSING` or `REPORT`; only a report
+    carries `figures`)."""
 
     kind: int
     query_id: str
@@ -66,6 +99,7 @@ class Signal:
     task_attempt_id: int
     uncommitted_bytes: int
     limit: int
+    figures: ReportFigures = NO_FIGURES
 
 
 @dataclass(frozen=True)
@@ -105,6 +139,7 @@ def encode(signal: Signal, secret: bytes) -> bytes:
         + _FIELDS.pack(
             signal.batch_id, signal.partition, signal.task_attempt_id, signal.uncommitted_bytes, signal.limit
         )
+        + (_FIGURES.pack(*astuple(signal.figures)) if signal.kind == REPORT else b"")
     )
     return body + hmac.digest(secret, body, hashlib.sha256)
 

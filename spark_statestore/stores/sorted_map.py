@@ -98,6 +98,11 @@ class SortedMap:
             keys = self._keys = SortedList(self.data)
         return keys
 
+    def ordered_keys(self) -> list:
+        """Every key in order, as a list (from the index if there is one; else sorted now,
+        without building the index: for a map walked in order once before it is cleared)."""
+        return list(self._keys) if self._keys is not None else sorted(self.data)
+
     def pop_first(self) -> tuple[Any, Any]:
         keys = self.sorted_keys()
         key = keys.pop(0)

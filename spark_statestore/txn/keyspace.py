@@ -65,15 +65,21 @@ class TransactionalKeySpace:
         self._budget.charge(delta, entries)  # may spill every buffer of the transaction
 
     def put(self, key: bytes, value: bytes) -> None:
+        # the hottest write path: one probe for an overwrite, the accounting inlined
         pending = self.pending
-        old = pending.get(key, _MISSING)
-        pending.set(key, value)
+        data = pending.data
+        old = data.get(key, _MISSING)
         if old is _MISSING:
-            self._account(len(key) + len(value), 1)
-        elif old is None:
-            self._account(len(value))
-        else:
-            self._account(len(value) - len(old))
+            pending.set(key, value)  # a new key: the sorted index and version follow
+            delta = len(key) + len(value)
+            self.entries += 1
+            self.memory_bytes += delta
+            self._budget.charge(delta, 1)
+            return
+        data[key] = value  # an overwrite: nothing structural changes
+        delta = len(value) if old is None else len(value) - len(old)
+        self.memory_bytes += delta
+        self._budget.charge(delta)
 
     def delete(self, key: bytes) -> None:
         pending = self.pending
@@ -239,7 +245,7 @@ class TransactionalKeySpace:
         """The transaction's final writes in key order (`None` = delete), as `(keys,
         values)` columns; the pending range deletions (`ranges`) apply before them."""
         if self.staging is None:
-            keys = list(self.pending.sorted_keys())
+            keys = self.pending.ordered_keys()
             yield keys, list(map(self.pending.data.__getitem__, keys))
             return
         pending = self.pending.iter_items()

@@ -12,7 +12,8 @@ driver part unless it runs already (from the classpath when the jar was given wi
 child class loader of Spark's) and registers its listener with the session. It never raises
 for a shim that cannot be used; the returned `ShimStatus` says why. Only queries started after
 activation are wakeable: the clock has to be in place before the query's first wait.
-`wake`, `query_trigger`, `decision` and `signal_stats` ask the driver part (tests, tools).
+`wake`, `query_trigger`, `decision`, `signal_stats` and `metrics_source` ask the driver part
+(tests, tools).
 """
 
 from __future__ import annotations
@@ -207,4 +208,12 @@ def decision(spark: Any, query_id: str, batch_id: int) -> dict | None:
 def signal_stats(spark: Any) -> dict[str, int]:
     """The signal receiver's datagrams by outcome (accepted, malformed, bad_tag, replayed, stale)."""
     found = _ask(spark, "signal stats", lambda facade: facade.signalStats())
+    return {str(k): int(v) for k, v in (found or {}).items()}
+
+
+def metrics_source(spark: Any) -> dict[str, int]:
+    """The values of the driver's metrics source `spark_statestore` by their names in Spark's
+    metrics sinks (`<app id>.driver.spark_statestore.<query>.<metric>`); empty when it is not
+    registered or the shim is not active (classic sessions: Connect clients read a sink)."""
+    found = _ask(spark, "metrics source", lambda facade: facade.metricsSource())
     return {str(k): int(v) for k, v in (found or {}).items()}

@@ -20,10 +20,10 @@ from spark_statestore.partition.state import PartitionState
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.spark import compat
 from spark_statestore.spark.driver.operator import OperatorConfig
+from spark_statestore.spark.signals import CROSSING, NO_FIGURES, REPORT, ReportFigures, Signal, send
 from spark_statestore.spark.worker.batch_times import batch_times
 from spark_statestore.spark.worker.commit_log import check_previous_batch_committed
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
-from spark_statestore.spark.signals import CROSSING, REPORT, Signal, send
 from spark_statestore.spark.task_metrics import TaskMetrics
 from spark_statestore.spark.worker.task import TaskInfo
 from spark_statestore.stores.migration import migrate_if_due
@@ -108,16 +108,17 @@ class TaskState:
                 self.abort()
                 raise
 
-    def _signal(self, kind: int, uncommitted_bytes: int) -> None:
-        """Tell the driver's governor that this task passed the uncommitted limit (`CROSSING`,
-        during the batch) or its peak (`REPORT`, when it prepared the batch); fire and forget:
-        a lost or refused datagram costs nothing but an early trigger."""
+    def _signal(self, kind: int, uncommitted_bytes: int, figures: ReportFigures = NO_FIGURES) -> None:
+        """Tell the driver that this task passed the uncommitted limit (`CROSSING`, during the
+        batch) or its peak and figures (`REPORT`, when it prepared the batch: also without a
+        limit, for the driver's metrics source); fire and forget: a lost or refused datagram
+        costs an early trigger or a batch's figures in the metrics source, nothing else."""
         target, limit = self.config.signal_target, self.config.settings.uncommitted_max_bytes
-        if target is None or limit < 0:
+        if target is None:
             return
         task = self.task
         send(target, Signal(kind, task.query_id or "", task.batch_id, task.partition, task.task_attempt_id,
-                            uncommitted_bytes, limit))
+                            uncommitted_bytes, limit, figures))
 
     def _open_partition(self) -> PartitionState:
         if self.partition is None:
@@ -172,7 +173,7 @@ class TaskState:
             self.abort()
             raise
         self._release()
-        self._signal(REPORT, metrics.uncommitted_bytes_peak)
+        self._signal(REPORT, metrics.uncommitted_bytes_peak, ReportFigures.of(record))
         return record
 
     def _keep(self, partition: PartitionState, record: dict) -> None:

@@ -2,7 +2,11 @@ package io.sparkstatestore.shim;
 
 import java.io.IOException;
 import java.util.Map;
+import java.util.TreeMap;
 
+import org.apache.spark.SparkEnv;
+import org.apache.spark.metrics.MetricsSystem;
+import org.apache.spark.metrics.source.Source;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.streaming.StreamingQueryListener;
 import org.apache.spark.sql.streaming.StreamingQueryManager;
@@ -76,6 +80,30 @@ public final class EarlyTrigger {
             return Map.of();
         }
         return driver.signalStats();
+    }
+
+    /**
+     * The values of the metrics source {@code spark_statestore} as the driver's metrics system
+     * has it registered, by their names in its sinks ({@code <app id>.driver.spark_statestore.
+     * <query>.<metric>}: gauges' values, counters' counts); empty when it is not registered.
+     */
+    public Map<String, Long> metricsSource() {
+        SparkEnv env = SparkEnv.get();
+        Map<String, Long> values = new TreeMap<>();
+        if (env == null) {
+            return values;
+        }
+        MetricsSystem system = env.metricsSystem();
+        scala.collection.Iterator<Source> sources = system.getSourcesByName(StateStoreSource.NAME).iterator();
+        while (sources.hasNext()) {
+            Source source = sources.next();
+            String prefix = system.buildRegistryName(source) + ".";
+            source.metricRegistry().getGauges().forEach((name, gauge) ->
+                    values.put(prefix + name, ((Number) gauge.getValue()).longValue()));
+            source.metricRegistry().getCounters().forEach((name, counter) ->
+                    values.put(prefix + name, counter.getCount()));
+        }
+        return values;
     }
 
     /** A clock of the kind installed into queries (for checking its behaviour directly). */

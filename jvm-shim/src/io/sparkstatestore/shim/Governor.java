@@ -1,6 +1,6 @@
 package io.sparkstatestore.shim;
 
-import java.util.HashMap;
+import java.util.Collection;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -20,14 +20,13 @@ import org.slf4j.LoggerFactory;
  * under a burst.
  *
  * <p>Inputs: in-flight crossings (a task's signal while the batch runs) and end-of-task reports
- * (each task's peak), read at the batch's end. Rule: the first crossing of a batch (in flight or
- * at its end) wakes its query once; the clock remembers a wake that arrives while the batch
- * runs, so the next batch starts when this one ends. Batches that keep crossing keep being
- * followed at once; the first that stays under the limit wakes nobody, so the interval comes
- * back by itself, unless the previous batch was started early (woken here, or cut short by an
- * admission limit, {@link #cutShort}) and a whole interval of this
- * batch's input would cross (its peak scaled from the time its input accumulated to the
- * interval: a burst is then drained in small batches). Each early trigger is logged with its
+ * (each task's peak, kept by {@link BatchReports}), read at the batch's end. Rule: the first
+ * crossing of a batch (in flight or at its end) wakes its query once; the clock remembers a
+ * wake that arrives while the batch runs, so the next batch starts when this one ends.
+ * Batches that keep crossing keep being followed at once; the first that stays under the
+ * limit wakes nobody, so the interval comes back by itself, unless the previous batch was
+ * started early (woken here, or cut short by an admission limit: {@link #cutShort}) and a whole interval of this batch's input would cross (its peak scaled from
+ * the time its input accumulated to the interval: a burst is then drained in small batches). Each early trigger is logged with its
  * reason; for a query whose crossings can start nothing early the log says once why.
  *
  * <p>Thread-safe: signals arrive on the receiver's thread, batch ends on the listener bus.
@@ -38,9 +37,6 @@ final class Governor {
 
     private record BatchKey(String queryId, long batchId) {}
 
-    /** A batch's decision and its largest task report with a limit (null: none). */
-    record Ended(Optional<Decision> decision, Signal top) {}
-
     /** Decided batches (empty: crossed, but nothing was woken), the latest {@link #KEEP_BATCHES}. */
     private final LinkedHashMap<BatchKey, Optional<Decision>> decided = new LinkedHashMap<>() {
         private static final long serialVersionUID = 1L;
@@ -50,8 +46,6 @@ final class Governor {
             return size() > KEEP_BATCHES;
         }
     };
-    /** End-of-task reports of running batches: per partition, the latest attempt's. */
-    private final Map<BatchKey, Map<Integer, Signal>> reports = new HashMap<>();
     private final Set<String> explained = new HashSet<>();
     /** Batches an admission limit cut short (their successor started at once), the latest few. */
     private final Set<BatchKey> cutShort = java.util.Collections.newSetFromMap(new LinkedHashMap<>() {
@@ -63,33 +57,21 @@ final class Governor {
         }
     });
 
-    /** A task's signal: a crossing is decided at once, a report kept for the batch's end. */
-    synchronized void accept(Signal signal) {
-        if (signal.crossing()) {
-            crossing(signal.queryId(), signal.batchId(), "in_flight", signal.partition(), signal.uncommittedBytes(),
-                    signal.limit());
-            return;
-        }
-        reports.computeIfAbsent(new BatchKey(signal.queryId(), signal.batchId()), k -> new HashMap<>())
-                .merge(signal.partition(), signal, (old, now) -> now.taskAttemptId() > old.taskAttemptId() ? now : old);
+    /** A task's crossing while its batch runs: decided at once. */
+    synchronized void crossing(Signal signal) {
+        crossing(signal.queryId(), signal.batchId(), "in_flight", signal.partition(), signal.uncommittedBytes(),
+                signal.limit());
     }
 
     /**
-     * A batch ended: its largest task peak decides (end of batch), else the projection of it
-     * over a whole interval ({@code accumulatedMs}: how long its input accumulated, from the
-     * previous batch's start to its own; 0 when unknown). Returns the batch's decision and
-     * its largest task report.
+     * A batch ended: the largest peak of its end-of-task {@code reports} (one per partition)
+     * decides (end of batch), else the projection of it over a whole interval
+     * ({@code accumulatedMs}: how long its input accumulated, from the previous batch's start
+     * to its own; 0 when unknown). Returns the batch's decision.
      */
-    synchronized Ended batchEnded(String queryId, long batchId, long accumulatedMs) {
-        BatchKey key = new BatchKey(queryId, batchId);
-        Map<Integer, Signal> peaks = reports.remove(key);
-        Signal top = null; // the largest peak of a task with a limit (the lowest partition of equals)
-        for (Signal s : peaks == null ? Map.<Integer, Signal>of().values() : peaks.values()) {
-            if (s.limit() >= 0 && (top == null || s.uncommittedBytes() > top.uncommittedBytes()
-                    || (s.uncommittedBytes() == top.uncommittedBytes() && s.partition() < top.partition()))) {
-                top = s;
-            }
-        }
+    synchronized Optional<Decision> batchEnded(String queryId, long batchId, Collection<Signal> reports,
+                                               long accumulatedMs) {
+        Signal top = top(reports);
         if (top != null
                 && !crossing(queryId, batchId, "end_of_batch", top.partition(), top.uncommittedBytes(), top.limit())) {
             long projected = projected(queryId, batchId, top.uncommittedBytes(), accumulatedMs);
@@ -97,7 +79,19 @@ final class Governor {
                 crossing(queryId, batchId, "projected", top.partition(), projected, top.limit());
             }
         }
-        return new Ended(decision(queryId, batchId), top);
+        return decision(queryId, batchId);
+    }
+
+    /** The largest peak of the reports of tasks with a limit (the lowest partition of equals), or null. */
+    static Signal top(Collection<Signal> reports) {
+        Signal top = null;
+        for (Signal s : reports) {
+            if (s.limit() >= 0 && (top == null || s.uncommittedBytes() > top.uncommittedBytes()
+                    || (s.uncommittedBytes() == top.uncommittedBytes() && s.partition() < top.partition()))) {
+                top = s;
+            }
+        }
+        return top;
     }
 
     /**
@@ -113,16 +107,10 @@ final class Governor {
         return decided.getOrDefault(new BatchKey(queryId, batchId), Optional.empty());
     }
 
-    /** A new run of a query re-runs batches: what was decided or reported for it is forgotten. */
+    /** A new run of a query re-runs batches: what was decided for it is forgotten. */
     synchronized void runStarted(String queryId) {
         decided.keySet().removeIf(k -> k.queryId().equals(queryId));
-        reports.keySet().removeIf(k -> k.queryId().equals(queryId));
         cutShort.removeIf(k -> k.queryId().equals(queryId));
-    }
-
-    /** A run ended: its batches' reports will not be read. */
-    synchronized void runEnded(String queryId) {
-        reports.keySet().removeIf(k -> k.queryId().equals(queryId));
     }
 
     /** The peak a whole interval of input would give, while in a run of early batches; 0 if none. */

@@ -13,23 +13,44 @@ import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 
 /**
- * One datagram from a task (wire format 2, written by {@code spark_statestore.spark.signals}).
+ * One datagram from a task (wire format 3, written by {@code spark_statestore.spark.signals}).
  *
- * <p>Network byte order: magic {@code SSE2}, kind (1 byte: 1 = the task's uncommitted bytes
+ * <p>Network byte order: magic {@code SSE3}, kind (1 byte: 1 = the task's uncommitted bytes
  * crossed the limit while it runs, 2 = the task's end-of-task report of its peak), query id
  * length (1), query id (UTF-8), batch id (8), partition (4), task attempt id (8: Spark's
  * {@code taskAttemptId()}, unique per attempt in a SparkContext), uncommitted bytes (8),
- * limit (8), then an HMAC-SHA256 of everything before it, keyed by the receiver's secret (32).
+ * limit (8), for a report only its {@link Figures} (8 each), then an HMAC-SHA256 of everything
+ * before it, keyed by the receiver's secret (32). A datagram must have exactly its kind's length.
  */
 record Signal(int kind, String queryId, long batchId, int partition, long taskAttemptId,
-              long uncommittedBytes, long limit) {
+              long uncommittedBytes, long limit, Figures figures) {
+
+    /** What a report tells besides the peak (a crossing's are all 0): the task's counters and times. */
+    record Figures(long rowsWritten, long changelogBytes, long spills, long cacheHits, long cacheMisses,
+                   long droppedRecords, long rowsExpired, long openMicros, long prepareMicros) {
+        static final int COUNT = 9;
+        static final Figures NONE = new Figures(0, 0, 0, 0, 0, 0, 0, 0, 0);
+
+        /** These and {@code other} as one batch: counters summed, times the maximum. */
+        Figures combine(Figures o) {
+            return new Figures(rowsWritten + o.rowsWritten, changelogBytes + o.changelogBytes, spills + o.spills,
+                    cacheHits + o.cacheHits, cacheMisses + o.cacheMisses, droppedRecords + o.droppedRecords,
+                    rowsExpired + o.rowsExpired, Math.max(openMicros, o.openMicros),
+                    Math.max(prepareMicros, o.prepareMicros));
+        }
+
+        static Figures read(ByteBuffer body) {
+            return new Figures(body.getLong(), body.getLong(), body.getLong(), body.getLong(), body.getLong(),
+                    body.getLong(), body.getLong(), body.getLong(), body.getLong());
+        }
+    }
 
     static final int CROSSING = 1;
     static final int REPORT = 2;
-    static final byte[] MAGIC = {'S', 'S', 'E', '2'};
+    static final byte[] MAGIC = {'S', 'S', 'E', '3'};
     static final int TAG_BYTES = 32;
     static final int FIXED_BYTES = MAGIC.length + 1 + 1 + 8 + 4 + 8 + 8 + 8;
-    static final int MAX_BYTES = FIXED_BYTES + 255 + TAG_BYTES;
+    static final int MAX_BYTES = FIXED_BYTES + 255 + Figures.COUNT * 8 + TAG_BYTES;
 
     /** A datagram that is not an authentic signal; {@code reason} names the receiver's counter. */
     static final class Rejected extends Exception {
@@ -66,8 +87,10 @@ record Signal(int kind, String queryId, long batchId, int partition, long taskAt
                 throw new Rejected("malformed", "unknown kind " + kind);
             }
             int length = body.get() & 0xff;
-            if (body.remaining() != length + FIXED_BYTES - MAGIC.length - 2) {
-                throw new Rejected("malformed", "query id length " + length + " does not fit " + bodyLength + " bytes");
+            int figures = kind == REPORT ? Figures.COUNT * 8 : 0;
+            if (body.remaining() != length + FIXED_BYTES - MAGIC.length - 2 + figures) {
+                throw new Rejected("malformed", "query id length " + length + " does not fit " + bodyLength
+                        + " bytes of kind " + kind);
             }
             byte[] query = new byte[length];
             body.get(query);
@@ -75,7 +98,13 @@ record Signal(int kind, String queryId, long batchId, int partition, long taskAt
                     .onMalformedInput(CodingErrorAction.REPORT)
                     .onUnmappableCharacter(CodingErrorAction.REPORT)
                     .decode(ByteBuffer.wrap(query)).toString();
-            return new Signal(kind, queryId, body.getLong(), body.getInt(), body.getLong(), body.getLong(), body.getLong());
+            long batchId = body.getLong();
+            int partition = body.getInt();
+            long taskAttemptId = body.getLong();
+            long uncommitted = body.getLong();
+            long limit = body.getLong();
+            return new Signal(kind, queryId, batchId, partition, taskAttemptId, uncommitted, limit,
+                    kind == REPORT ? Figures.read(body) : Figures.NONE);
         } catch (CharacterCodingException e) {
             throw new Rejected("malformed", "query id is not UTF-8");
         } catch (BufferUnderflowException e) {

@@ -2,6 +2,7 @@ package io.sparkstatestore.shim;
 
 import java.io.IOException;
 import java.time.Instant;
+import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -10,6 +11,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.spark.SparkConf;
 import org.apache.spark.SparkContext;
+import org.apache.spark.SparkEnv;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.streaming.StateOperatorProgress;
 import org.apache.spark.sql.streaming.StreamingQueryProgress;
@@ -18,9 +20,10 @@ import org.slf4j.LoggerFactory;
 
 /**
  * spark_statestore's part of a Spark driver, one per SparkContext: the signal receiver, the
- * governor and the per-batch files. Started by {@link StateStorePlugin} when the context
- * starts ({@code spark.plugins}), or by the Python side of a classic session that runs without
- * the plugin ({@link EarlyTrigger#activate}): the same code either way.
+ * governor, the per-batch files and the metrics source ({@link StateStoreSource}, registered
+ * with Spark's metrics system by {@link #registerMetrics}). Started by {@link StateStorePlugin}
+ * when the context starts ({@code spark.plugins}), or by the Python side of a classic session
+ * that runs without the plugin ({@link EarlyTrigger#activate}): the same code either way.
  *
  * <p>At start it binds the receiver ({@code spark.driver.bindAddress}, else
  * {@code spark.driver.host}, else loopback; port {@code spark.statestore.earlyTrigger.signalPort},
@@ -60,11 +63,14 @@ public final class StateStoreDriver {
 
     private final SparkContext context;
     private final Governor governor;
+    private final BatchReports reports = new BatchReports();
+    private final StateStoreSource source = new StateStoreSource();
     private final SignalReceiver receiver;
     private final String startedBy;
     private final Map<String, Run> runs = new ConcurrentHashMap<>();
     /** The admission estimate of each stopped query's last run, for its next run. */
     private final Map<String, Admission.Carried> carried = new ConcurrentHashMap<>();
+    private SparkEnv metricsEnv; // where the source is registered
 
     private StateStoreDriver(SparkContext context, String startedBy) throws IOException {
         this.context = context;
@@ -74,7 +80,7 @@ public final class StateStoreDriver {
             String host = conf.get("spark.driver.host", null);
             String bind = conf.get("spark.driver.bindAddress", host == null ? "127.0.0.1" : host);
             governor = new Governor();
-            receiver = new SignalReceiver(bind, host == null ? bind : host, port(conf), governor::accept);
+            receiver = new SignalReceiver(bind, host == null ? bind : host, port(conf), this::onSignal);
             conf.set(TARGET, receiver.target());
             conf.set(SECRET, receiver.secretHex());
             LOG.info("spark_statestore early trigger: receiving task signals on {} (bound to {})", receiver.target(), bind);
@@ -99,7 +105,9 @@ public final class StateStoreDriver {
             current.stop();
         }
         current = new StateStoreDriver(context, startedBy);
-        if (startedBy.equals("plugin")) {
+        if (!startedBy.equals("plugin")) {
+            current.registerMetrics(); // the plugin's are registered when Spark asks its plugins (the app id is set)
+        } else {
             SparkConf conf = context.conf();
             String listeners = conf.get(LISTENERS, "").trim();
             String mine = EarlyTriggerListener.class.getName();
@@ -124,9 +132,31 @@ public final class StateStoreDriver {
         }
     }
 
-    private void stop() {
+    /** Registers the metrics source with the driver's metrics system, so its sinks show it. */
+    synchronized void registerMetrics() {
+        SparkEnv env = SparkEnv.get();
+        if (env != null && metricsEnv == null) {
+            env.metricsSystem().registerSource(source);
+            metricsEnv = env;
+        }
+    }
+
+    private synchronized void stop() {
         if (receiver != null) {
             receiver.close();
+        }
+        if (metricsEnv != null) {
+            metricsEnv.metricsSystem().removeSource(source);
+            metricsEnv = null;
+        }
+    }
+
+    /** A task's signal: a crossing is decided at once, a report kept for its batch's end. */
+    private void onSignal(Signal signal) {
+        if (signal.crossing()) {
+            governor.crossing(signal);
+        } else {
+            reports.accept(signal);
         }
     }
 
@@ -156,6 +186,7 @@ public final class StateStoreDriver {
         if (governor != null) {
             governor.runStarted(queryId);
         }
+        reports.forget(queryId);
         BatchFiles files = null;
         String admission = "true";
         if (execution != null) {
@@ -187,14 +218,12 @@ public final class StateStoreDriver {
             }
             return null;
         });
-        if (governor != null) {
-            governor.runEnded(queryId);
-        }
+        reports.forget(queryId);
     }
 
     /**
-     * A batch ended: decide its early trigger (after handling every signal already received)
-     * and write its file.
+     * A batch ended: decide its early trigger (after handling every signal already received),
+     * publish its figures in the metrics source and write its file.
      */
     void progress(StreamingQueryProgress progress) {
         String queryId = progress.id().toString();
@@ -205,11 +234,12 @@ public final class StateStoreDriver {
         List<LimitChange> admitted = List.of();
         if (governor != null) {
             receiver.drain();
+            Collection<Signal> batch = reports.take(queryId, batchId);
             long accumulated = run != null && run.lastBatch == batchId - 1 ? startMs - run.lastStartMs : 0;
-            Governor.Ended ended = governor.batchEnded(queryId, batchId, accumulated);
-            decision = ended.decision();
+            decision = governor.batchEnded(queryId, batchId, batch, accumulated);
+            source.batchEnded(StateStoreSource.label(progress.name(), queryId), batchId, batch, decision);
             if (run != null && run.admission != null) {
-                admitted = run.admission.batchEnded(progress, ended.top());
+                admitted = run.admission.batchEnded(progress, Governor.top(batch));
                 if (admitted.stream().anyMatch(LimitChange::cutShort)) {
                     governor.cutShort(queryId, batchId);
                     wake(queryId);

@@ -15,7 +15,9 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * spark.plugins=io.sparkstatestore.shim.StateStorePlugin} on a spark-submit line (also a Spark
  * Connect server's) starts the driver part ({@link StateStoreDriver}) with the SparkContext,
  * before any session is made, so the early trigger works in every session of the driver,
- * classic or Spark Connect. Nothing runs on executors.
+ * classic or Spark Connect. Its metrics source is registered when Spark asks its plugins for
+ * metrics (the application id is set by then, so the source's name in every sink is
+ * {@code <app id>.driver.spark_statestore}). Nothing runs on executors.
  */
 public final class StateStorePlugin implements SparkPlugin {
 
@@ -30,6 +32,14 @@ public final class StateStorePlugin implements SparkPlugin {
                     throw new UncheckedIOException(e);
                 }
                 return Map.of();
+            }
+
+            @Override
+            public void registerMetrics(String appId, PluginContext pluginContext) {
+                StateStoreDriver driver = StateStoreDriver.current();
+                if (driver != null) {
+                    driver.registerMetrics();
+                }
             }
 
             @Override
