@@ -97,6 +97,12 @@ class Feeder(threading.Thread):
             self.stop.wait(max(0.0, 1.0 - (time.time() - second)))
 
 
+def first_batch_with(query: Any, since_ms: float) -> int:
+    """The first batch that started after `since_ms` (it takes the first burst rows)."""
+    started = [p["batchId"] for p in query.recentProgress if pd.Timestamp(p["timestamp"]).value // 1_000_000 > since_ms]
+    return min(started) if started else 1 << 62
+
+
 @dataclass
 class BurstRun:
     """One run: a summary, the per-batch metrics and (arrival, output) times of each row."""
@@ -108,16 +114,18 @@ class BurstRun:
     burst: tuple
 
 
-def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool) -> BurstRun:
-    """Run the bursty stream once (a session of its own, early triggers on or off)."""
+def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admission: bool = True) -> BurstRun:
+    """Run the bursty stream once (a session of its own, early triggers on or off, adaptive
+    admission on or off with them)."""
     session = spark.newSession()
     session.conf.set("spark.statestore.earlyTrigger.enabled", str(governor).lower())
+    session.conf.set("spark.statestore.earlyTrigger.admission", str(admission).lower())
     session.conf.set("spark.statestore.uncommitted.maxBytes", str(args.uncommitted_limit))
     session.conf.set("spark.statestore.cache.maxBytes", "0")
     session.conf.set("spark.statestore.localDir", os.path.join(workdir, "local"))
-    inputs = os.path.join(workdir, f"input-{governor}")
+    inputs = os.path.join(workdir, f"input-{governor}-{admission}")
     os.makedirs(inputs)
-    checkpoint = os.path.join(workdir, f"checkpoint-{governor}")
+    checkpoint = os.path.join(workdir, f"checkpoint-{governor}-{admission}")
     total_seconds = args.lead_seconds + args.burst_seconds + args.tail_seconds
     feeder = Feeder(inputs, args.rate, args.keys, total_seconds)
     feeder._file()  # the first batch has input
@@ -154,12 +162,19 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool) -> Bur
     batches_with_burst = {p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0}
     peaks = tasks.groupby("batch_id")["uncommitted_bytes_peak"].max()
     limit = args.uncommitted_limit
+    burst_batches = peaks[peaks.index >= first_batch_with(query, burst_ms[0])]
     summary = {
         "peak": int(tasks["uncommitted_bytes_peak"].max()),
+        "burst_max_over_limit": float(burst_batches.max()) / limit if len(burst_batches) else 0.0,
+        "first_burst_over_limit": float(burst_batches.iloc[0]) / limit if len(burst_batches) else 0.0,
         "burst_peak_mean": float(peaks[peaks > limit // 4].mean()) if (peaks > limit // 4).any() else 0.0,
         "spills": int(tasks["spills"].sum()),
         "batches": len(batches_with_burst),
         "early": int(recent["early_triggers"].sum()),
+        "cut_short": int(recent["admission_cut_short"].sum()) if "admission_cut_short" in recent else 0,
+        "burst_batch_s": float(np.mean([p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress
+                                        if p["batchId"] >= first_batch_with(query, burst_ms[0]) and p["numInputRows"]]
+                                       or [0])) / 1000,
         "p50": float(np.percentile(in_burst, 50)) / 1000 if in_burst else float("nan"),
         "p99": float(np.percentile(in_burst, 99)) / 1000 if in_burst else float("nan"),
         "rows": len(latencies),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 
 import pytest
 
@@ -244,10 +245,37 @@ def test_batch_facts_parse_the_jvm_format():
     facts = parse_batch_facts(json.dumps(_facts(3)).encode(), 3)
     assert facts.early_trigger is not None and facts.early_trigger.source == "in_flight"
     assert facts.metrics() == {"rows_dropped_by_watermark": 4, "early_triggers": 1,
-                               "early_trigger_reason": "partition 0 passed 500 bytes"}
+                               "early_trigger_reason": "partition 0 passed 500 bytes", "admission_limit": None,
+                               "admission_cut_short": 0, "admission_reason": None}  # a file of an older shim
     trigger = {**_facts(3)["early_trigger"], "woken": False}
     unwoken = parse_batch_facts(json.dumps(_facts(3, early_trigger=trigger)).encode(), 3)
     assert unwoken.metrics()["early_triggers"] == 0
+
+
+ADMISSION = [{"source": "FileStreamSource[a]", "unit": "files", "admitted": 4, "limit": 4, "cut_short": True,
+              "reason": "kept: 4 files"},
+             {"source": "KafkaMicroBatchStream[b]", "unit": "rows", "admitted": 9, "limit": 3, "cut_short": False,
+              "reason": "lowered: 3 rows"}]
+
+
+def test_batch_facts_carry_the_admission_limits():
+    facts = parse_batch_facts(json.dumps(_facts(3, admission=ADMISSION)).encode(), 3)
+    assert [a.limit for a in facts.admission] == [4, 3]
+    columns = facts.metrics()
+    assert (columns["admission_limit"], columns["admission_cut_short"]) == (3, 1)
+    assert columns["admission_reason"] == "kept: 4 files; lowered: 3 rows"
+    lifted = parse_batch_facts(json.dumps(_facts(3, admission=[{**ADMISSION[0], "limit": -1}])).encode(), 3)
+    assert lifted.metrics()["admission_limit"] is None
+
+
+@pytest.mark.parametrize("admission,problem", [
+    ({}, "has admission {}, expected a list"),
+    ([{**ADMISSION[0], "cut_short": 1}], "has cut_short 1, expected bool"),
+    ([{"source": "x"}], "an admission entry has keys ['source']"),
+])
+def test_bad_admission_entries_name_what_is_wrong(admission, problem):
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        parse_batch_facts(json.dumps(_facts(3, admission=admission)).encode(), 3)
 
 
 def test_no_state_or_nothing_committed_reads_as_no_batches(tmp_path, state_dirs):

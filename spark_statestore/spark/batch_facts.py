@@ -2,14 +2,17 @@
 
 Per batch N of a query, `<checkpointLocation>/statestore/_batches/<N>.json`
 (`names.batch_facts_name`) holds what only the driver knows: when the batch started, the
-input rows Spark dropped behind the watermark, and the early-trigger governor's decision
-about the batch (or null)::
+input rows Spark dropped behind the watermark, the early-trigger governor's decision
+about the batch (or null), and the adaptive admission's limit per source for the next batch
+(`limit` -1: none of ours, the source's own limit alone; absent in files of older shims)::
 
     {"query_id": str, "run_id": str, "batch_id": int, "timestamp_ms": int,
      "rows_dropped_by_watermark": int,
      "early_trigger": null | {"source": "in_flight" | "end_of_batch" | "projected",
                               "partition": int, "uncommitted_bytes": int, "limit": int,
-                              "woken": bool, "reason": str}}
+                              "woken": bool, "reason": str},
+     "admission": [{"source": str, "unit": "files" | "rows", "admitted": int, "limit": int,
+                    "cut_short": bool, "reason": str}, ...]}
 
 Parsing is strict (exactly these keys, these types, the batch its name says): a file that
 is not one is skipped, and named with what is wrong; it never breaks the metrics.
@@ -29,6 +32,7 @@ SOURCES = ("in_flight", "end_of_batch", "projected")
 MAX_FACTS_BYTES = 1 << 16
 _FACTS = {"query_id": str, "run_id": str, "batch_id": int, "timestamp_ms": int, "rows_dropped_by_watermark": int,
           "early_trigger": dict}
+_ADMISSION = {"source": str, "unit": str, "admitted": int, "limit": int, "cut_short": bool, "reason": str}
 _TRIGGER = {"source": str, "partition": int, "uncommitted_bytes": int, "limit": int, "woken": bool, "reason": str}
 
 
@@ -45,6 +49,18 @@ class EarlyTrigger:
 
 
 @dataclass(frozen=True)
+class Admission:
+    """The admission limit of one source for the batch after this one."""
+
+    source: str
+    unit: str
+    admitted: int
+    limit: int
+    cut_short: bool
+    reason: str
+
+
+@dataclass(frozen=True)
 class BatchFacts:
     """One batch's facts (see module docstring)."""
 
@@ -54,18 +70,25 @@ class BatchFacts:
     timestamp_ms: int
     rows_dropped_by_watermark: int
     early_trigger: EarlyTrigger | None
+    admission: tuple[Admission, ...] = ()
 
     def metrics(self) -> dict:
-        """The batch's columns in `metrics.recent()`."""
+        """The batch's columns in `metrics.recent()` (the admission limit: the smallest of the
+        sources' limits for the next batch, None when none is set)."""
         trigger = self.early_trigger
+        limits = [a.limit for a in self.admission if a.limit >= 0]
         return {
             "rows_dropped_by_watermark": self.rows_dropped_by_watermark,
             "early_triggers": int(trigger is not None and trigger.woken),
             "early_trigger_reason": None if trigger is None else trigger.reason,
+            "admission_limit": min(limits) if limits else None,
+            "admission_cut_short": int(any(a.cut_short for a in self.admission)),
+            "admission_reason": "; ".join(a.reason for a in self.admission) or None,
         }
 
 
-ABSENT = {"rows_dropped_by_watermark": None, "early_triggers": 0, "early_trigger_reason": None}
+ABSENT = {"rows_dropped_by_watermark": None, "early_triggers": 0, "early_trigger_reason": None,
+          "admission_limit": None, "admission_cut_short": 0, "admission_reason": None}
 
 
 def _checked(document: Any, schema: dict, what: str, nullable: tuple[str, ...] = ()) -> dict:
@@ -83,7 +106,12 @@ def _checked(document: Any, schema: dict, what: str, nullable: tuple[str, ...] =
 
 def parse_batch_facts(data: bytes, batch: int) -> BatchFacts:
     """The facts of `batch` in `data` (`ValueError` saying what is wrong)."""
-    facts = _checked(small_json(data, MAX_FACTS_BYTES), _FACTS, "the batch", nullable=("early_trigger",))
+    document = small_json(data, MAX_FACTS_BYTES)
+    admission = document.pop("admission", []) if isinstance(document, dict) else []
+    facts = _checked(document, _FACTS, "the batch", nullable=("early_trigger",))
+    if not isinstance(admission, list):
+        raise ValueError(f"has admission {admission!r}, expected a list")
+    limits = tuple(Admission(**_checked(a, _ADMISSION, "an admission entry")) for a in admission)
     if facts["batch_id"] != batch:
         raise ValueError(f"has batch_id {facts['batch_id']}, but its name says batch {batch}")
     if facts["rows_dropped_by_watermark"] < 0:
@@ -93,7 +121,7 @@ def parse_batch_facts(data: bytes, batch: int) -> BatchFacts:
         trigger = EarlyTrigger(**_checked(trigger, _TRIGGER, "early_trigger"))
         if trigger.source not in SOURCES:
             raise ValueError(f"has early_trigger source {trigger.source!r}, expected one of {list(SOURCES)}")
-    return BatchFacts(**{**facts, "early_trigger": trigger})
+    return BatchFacts(**{**facts, "early_trigger": trigger, "admission": limits})
 
 
 def read_batch_facts(

@@ -63,7 +63,11 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_adm
 
 
 # Each checked against that minor's latest patch (4.0.5, 4.1.4, 4.2.1, 4.3.0): its
-# pyspark/worker.py and pyspark/sql/streaming/ (the JVM shim checks its own internals: QueryTriggers.java).
+# pyspark/worker.py and pyspark/sql/streaming/ (the JVM shim checks its own internals, the same
+# in the four: QueryTriggers.java, the trigger clock; ReadLimits.java, adaptive admission:
+# StreamExecution.uniqueSources, FileStreamSource.metadataLog, the sources that take a bound,
+# with Python data sources' PythonMicroBatchStreamWithAdmissionControl from 4.2, as
+# `stream_admission_control` says).
 MINORS: dict[str, PysparkMinor] = {
     "4.0": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
                   offline_repartition=False, connect_transform_with_state=False),

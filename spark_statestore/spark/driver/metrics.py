@@ -166,6 +166,8 @@ def batch_line(s: dict) -> str:
     )
     if s.get("early_triggers"):
         message += f" early_trigger=1 ({s['early_trigger_reason']})"
+    if s.get("admission_limit") is not None:
+        message += f" admission_limit={s['admission_limit']}{' cut_short=1' if s.get('admission_cut_short') else ''}"
     return message
 
 

@@ -30,6 +30,7 @@ LOCK_TIMEOUT = "spark.statestore.lockTimeout"
 ROCKSDB_MEMORY_BYTES = "spark.statestore.rocksdb.memoryBytes"
 EARLY_TRIGGER_ENABLED = "spark.statestore.earlyTrigger.enabled"
 SIGNAL_PORT = "spark.statestore.earlyTrigger.signalPort"
+ADMISSION = "spark.statestore.earlyTrigger.admission"
 LOCAL_MAX_IDLE = "spark.statestore.localCopy.maxIdleSeconds"
 KEEP_OPEN_PARTITIONS = "spark.statestore.keepOpen.partitions"
 KEEP_OPEN_IDLE = "spark.statestore.keepOpen.idleSeconds"
@@ -141,6 +142,7 @@ SETTINGS = (
     Setting(ROCKSDB_MEMORY_BYTES, "rocksdb_memory_bytes", "268435456", lambda k, v: parse_bytes(k, v, 1 << 20)),
     Setting(EARLY_TRIGGER_ENABLED, "early_trigger_enabled", "true", parse_bool),
     Setting(SIGNAL_PORT, "signal_port", "0", parse_port),
+    Setting(ADMISSION, "admission", "true", parse_bool),
     Setting(LOCAL_MAX_IDLE, "local_max_idle_seconds", "3600", lambda k, v: float(parse_int(k, v, 0))),
     Setting(KEEP_OPEN_PARTITIONS, "keep_open_partitions", "8", lambda k, v: parse_int(k, v, 0)),
     Setting(KEEP_OPEN_IDLE, "keep_open_idle_seconds", "30", lambda k, v: float(parse_int(k, v, 0))),
@@ -178,6 +180,7 @@ class StateStoreSettings:
     rocksdb_memory_bytes: int
     early_trigger_enabled: bool
     signal_port: int
+    admission: bool
     local_max_idle_seconds: float
     keep_open_partitions: int
     keep_open_idle_seconds: float

@@ -3,7 +3,9 @@ package io.sparkstatestore.shim;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
+import java.util.List;
 import java.util.Optional;
+import java.util.stream.Collectors;
 import java.util.UUID;
 
 import org.apache.hadoop.conf.Configuration;
@@ -15,7 +17,8 @@ import org.apache.hadoop.fs.Path;
  * One small JSON file per micro-batch of a query whose checkpoint holds spark_statestore state,
  * {@code <checkpoint>/statestore/_batches/<batch id>.json}, so the Python side sees what the
  * driver saw in any kind of session (it reads the files, it cannot ask this JVM over Spark
- * Connect): the batch's start, the rows Spark dropped as late, and the early-trigger decision.
+ * Connect): the batch's start, the rows Spark dropped as late, the early-trigger decision and
+ * the admission limits set for the next batch.
  *
  * <p>Written through Hadoop's FileSystem (the checkpoint's own: local, HDFS, S3A, ...) as a
  * temporary file renamed into place, so a reader never sees half a file; files more than
@@ -36,7 +39,7 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
 
     /** Writes (or replaces: a re-run batch) the file of one batch. */
     void write(String queryId, String runId, long batchId, long timestampMs, long rowsDroppedByWatermark,
-               Optional<Decision> decision) throws IOException {
+               Optional<Decision> decision, List<LimitChange> admission) throws IOException {
         Path directory = new Path(root, DIRECTORY);
         FileSystem fs = directory.getFileSystem(hadoop);
         if (fs instanceof ChecksumFileSystem checksummed) {
@@ -44,7 +47,7 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
         }
         Path target = new Path(directory, batchId + ".json");
         Path temp = new Path(directory, "." + batchId + ".json." + UUID.randomUUID() + ".tmp");
-        byte[] content = json(queryId, runId, batchId, timestampMs, rowsDroppedByWatermark, decision)
+        byte[] content = json(queryId, runId, batchId, timestampMs, rowsDroppedByWatermark, decision, admission)
                 .getBytes(StandardCharsets.UTF_8);
         try (OutputStream out = fs.create(temp, false)) {
             out.write(content);
@@ -62,13 +65,17 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
     }
 
     static String json(String queryId, String runId, long batchId, long timestampMs, long rowsDroppedByWatermark,
-                       Optional<Decision> decision) {
+                       Optional<Decision> decision, List<LimitChange> admission) {
         String early = decision.map(d -> "{\"source\": " + quote(d.source()) + ", \"partition\": " + d.partition()
                 + ", \"uncommitted_bytes\": " + d.uncommittedBytes() + ", \"limit\": " + d.limit()
                 + ", \"woken\": " + d.woken() + ", \"reason\": " + quote(d.reason()) + "}").orElse("null");
         return "{\"query_id\": " + quote(queryId) + ", \"run_id\": " + quote(runId) + ", \"batch_id\": " + batchId
                 + ", \"timestamp_ms\": " + timestampMs + ", \"rows_dropped_by_watermark\": " + rowsDroppedByWatermark
-                + ", \"early_trigger\": " + early + "}";
+                + ", \"early_trigger\": " + early + ", \"admission\": [" + admission.stream()
+                .map(c -> "{\"source\": " + quote(c.source()) + ", \"unit\": " + quote(c.unit()) + ", \"admitted\": "
+                        + c.admitted() + ", \"limit\": " + c.limit() + ", \"cut_short\": " + c.cutShort()
+                        + ", \"reason\": " + quote(c.reason()) + "}")
+                .collect(Collectors.joining(", ")) + "]}";
     }
 
     private static String quote(String text) {

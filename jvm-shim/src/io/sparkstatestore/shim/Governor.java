@@ -25,7 +25,7 @@ import org.slf4j.LoggerFactory;
  * wake that arrives while the batch runs, so the next batch starts when this one ends.
  * Batches that keep crossing keep being followed at once; the first that stays under the
  * limit wakes nobody, so the interval comes back by itself, unless the previous batch was
- * started early and a whole interval of this batch's input would cross (its peak scaled from
+ * started early (woken here, or cut short by an admission limit: {@link #cutShort}) and a whole interval of this batch's input would cross (its peak scaled from
  * the time its input accumulated to the interval: a burst is then drained in small batches). Each early trigger is logged with its
  * reason; for a query whose crossings can start nothing early the log says once why.
  *
@@ -47,6 +47,15 @@ final class Governor {
         }
     };
     private final Set<String> explained = new HashSet<>();
+    /** Batches an admission limit cut short (their successor started at once), the latest few. */
+    private final Set<BatchKey> cutShort = java.util.Collections.newSetFromMap(new LinkedHashMap<>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<BatchKey, Boolean> eldest) {
+            return size() > KEEP_BATCHES;
+        }
+    });
 
     /** A task's crossing while its batch runs: decided at once. */
     synchronized void crossing(Signal signal) {
@@ -62,13 +71,7 @@ final class Governor {
      */
     synchronized Optional<Decision> batchEnded(String queryId, long batchId, Collection<Signal> reports,
                                                long accumulatedMs) {
-        Signal top = null; // the largest peak of a task with a limit (the lowest partition of equals)
-        for (Signal s : reports) {
-            if (s.limit() >= 0 && (top == null || s.uncommittedBytes() > top.uncommittedBytes()
-                    || (s.uncommittedBytes() == top.uncommittedBytes() && s.partition() < top.partition()))) {
-                top = s;
-            }
-        }
+        Signal top = top(reports);
         if (top != null
                 && !crossing(queryId, batchId, "end_of_batch", top.partition(), top.uncommittedBytes(), top.limit())) {
             long projected = projected(queryId, batchId, top.uncommittedBytes(), accumulatedMs);
@@ -79,6 +82,26 @@ final class Governor {
         return decision(queryId, batchId);
     }
 
+    /** The largest peak of the reports of tasks with a limit (the lowest partition of equals), or null. */
+    static Signal top(Collection<Signal> reports) {
+        Signal top = null;
+        for (Signal s : reports) {
+            if (s.limit() >= 0 && (top == null || s.uncommittedBytes() > top.uncommittedBytes()
+                    || (s.uncommittedBytes() == top.uncommittedBytes() && s.partition() < top.partition()))) {
+                top = s;
+            }
+        }
+        return top;
+    }
+
+    /**
+     * An admission limit cut a batch short and its successor starts at once: for the
+     * projection, that successor is an early batch like one the governor woke.
+     */
+    synchronized void cutShort(String queryId, long batchId) {
+        cutShort.add(new BatchKey(queryId, batchId));
+    }
+
     /** The decision of a batch (empty: none, or nothing could be woken). */
     synchronized Optional<Decision> decision(String queryId, long batchId) {
         return decided.getOrDefault(new BatchKey(queryId, batchId), Optional.empty());
@@ -87,13 +110,16 @@ final class Governor {
     /** A new run of a query re-runs batches: what was decided for it is forgotten. */
     synchronized void runStarted(String queryId) {
         decided.keySet().removeIf(k -> k.queryId().equals(queryId));
+        cutShort.removeIf(k -> k.queryId().equals(queryId));
     }
 
     /** The peak a whole interval of input would give, while in a run of early batches; 0 if none. */
     private long projected(String queryId, long batchId, long peak, long accumulatedMs) {
-        Optional<Decision> previous = decided.getOrDefault(new BatchKey(queryId, batchId - 1), Optional.empty());
+        BatchKey before = new BatchKey(queryId, batchId - 1);
+        Optional<Decision> previous = decided.getOrDefault(before, Optional.empty());
+        boolean early = previous.isPresent() && previous.get().woken() || cutShort.contains(before);
         QueryTrigger trigger = QueryTriggers.get(queryId);
-        if (previous.isEmpty() || !previous.get().woken() || accumulatedMs <= 0 || trigger == null
+        if (!early || accumulatedMs <= 0 || trigger == null
                 || !trigger.wakeable() || trigger.intervalMs() <= accumulatedMs) {
             return 0;
         }

@@ -3,6 +3,7 @@ package io.sparkstatestore.shim;
 import java.io.IOException;
 import java.time.Instant;
 import java.util.Collection;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.ConcurrentHashMap;
@@ -41,19 +42,22 @@ public final class StateStoreDriver {
     static final String RETAIN = "spark.statestore.minBatchesToRetain";
     static final String LISTENERS = "spark.sql.streaming.streamingQueryListeners";
     private static final Logger LOG = LoggerFactory.getLogger(StateStoreDriver.class);
+    private static final int KEEP_CARRIED = 1000;
     private static StateStoreDriver current;
 
     /** What the driver keeps of a query's current run. */
     private static final class Run {
         final String runId;
         final BatchFiles files;
+        final Admission admission;
         boolean wanted;
         long lastBatch = -2;
         long lastStartMs;
 
-        Run(String runId, BatchFiles files) {
+        Run(String runId, BatchFiles files, Admission admission) {
             this.runId = runId;
             this.files = files;
+            this.admission = admission;
         }
     }
 
@@ -64,6 +68,8 @@ public final class StateStoreDriver {
     private final SignalReceiver receiver;
     private final String startedBy;
     private final Map<String, Run> runs = new ConcurrentHashMap<>();
+    /** The admission estimate of each stopped query's last run, for its next run. */
+    private final Map<String, Admission.Carried> carried = new ConcurrentHashMap<>();
     private SparkEnv metricsEnv; // where the source is registered
 
     private StateStoreDriver(SparkContext context, String startedBy) throws IOException {
@@ -182,9 +188,11 @@ public final class StateStoreDriver {
         }
         reports.forget(queryId);
         BatchFiles files = null;
+        String admission = "true";
         if (execution != null) {
             try {
                 SparkSession session = (SparkSession) QueryTriggers.call(execution, "sparkSession");
+                admission = session.conf().get(Admission.SETTING, "true");
                 Configuration hadoop = (Configuration) QueryTriggers.call(QueryTriggers.call(session, "sessionState"), "newHadoopConf");
                 int retain = Integer.parseInt(session.conf().get(RETAIN, "100").trim());
                 files = new BatchFiles((String) QueryTriggers.call(execution, "resolvedCheckpointRoot"), hadoop, Math.max(1, retain));
@@ -192,11 +200,24 @@ public final class StateStoreDriver {
                 LOG.warn("spark_statestore: no batch files for query {}: {}", queryId, QueryTriggers.cause(e));
             }
         }
-        runs.put(queryId, new Run(runId, files));
+        Admission admitted = governor == null ? null
+                : Admission.of(queryId, execution, admission, carried.remove(queryId));
+        runs.put(queryId, new Run(runId, files, admitted));
     }
 
     void runEnded(String queryId, String runId) {
-        runs.computeIfPresent(queryId, (id, run) -> run.runId.equals(runId) ? null : run);
+        runs.computeIfPresent(queryId, (id, run) -> {
+            if (!run.runId.equals(runId)) {
+                return run;
+            }
+            if (run.admission != null) {
+                if (carried.size() >= KEEP_CARRIED) {
+                    carried.clear(); // bounded: an estimate is only a head start
+                }
+                carried.put(queryId, run.admission.carried());
+            }
+            return null;
+        });
         reports.forget(queryId);
     }
 
@@ -210,12 +231,20 @@ public final class StateStoreDriver {
         long startMs = Instant.parse(progress.timestamp()).toEpochMilli();
         Run run = runs.get(queryId);
         Optional<Decision> decision = Optional.empty();
+        List<LimitChange> admitted = List.of();
         if (governor != null) {
             receiver.drain();
             Collection<Signal> batch = reports.take(queryId, batchId);
             long accumulated = run != null && run.lastBatch == batchId - 1 ? startMs - run.lastStartMs : 0;
             decision = governor.batchEnded(queryId, batchId, batch, accumulated);
             source.batchEnded(StateStoreSource.label(progress.name(), queryId), batchId, batch, decision);
+            if (run != null && run.admission != null) {
+                admitted = run.admission.batchEnded(progress, Governor.top(batch));
+                if (admitted.stream().anyMatch(LimitChange::cutShort)) {
+                    governor.cutShort(queryId, batchId);
+                    wake(queryId);
+                }
+            }
         }
         if (run == null) {
             return;
@@ -232,11 +261,19 @@ public final class StateStoreDriver {
         try {
             run.wanted = run.wanted || run.files.wanted();
             if (run.wanted) {
-                run.files.write(queryId, progress.runId().toString(), batchId, startMs, dropped, decision);
+                run.files.write(queryId, progress.runId().toString(), batchId, startMs, dropped, decision, admitted);
             }
         } catch (IOException | RuntimeException e) {
             LOG.warn("spark_statestore: cannot write the file of query {} batch {} under {}: {}",
                     queryId, batchId, run.files.root(), e.toString());
+        }
+    }
+
+    /** A batch cut short by an admission limit is followed at once (a wake of its clock). */
+    private static void wake(String queryId) {
+        QueryTrigger trigger = QueryTriggers.get(queryId);
+        if (trigger != null && trigger.wakeable()) {
+            trigger.clock().wake();
         }
     }
 

@@ -1,0 +1,279 @@
+"""Adaptive admission on real queries (classic; the driver part is the same JVM code under
+Spark Connect): a burst of files is cut into batches whose largest task stays near
+`spark.statestore.uncommitted.maxBytes`, drained back to back (each batch cut short wakes the
+next), with the result of the batch reference, also across a restart in the middle; the
+limit loosens again after a crossing batch; the setting is checked.
+
+The queries use a century-long processing-time interval: batch 0 runs at start, every other
+batch only because something woke the query, so "cut short is followed at once" is what
+makes the burst drain, and no test waits on time."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark import cloudpickle
+from shim_queries import INTERVAL, shim_session, wait_until
+
+from spark_statestore import Serdes
+from spark_statestore.spark import KeyValue, StateStoreMetrics, compat, partition_function
+from spark_statestore.spark.batch_facts import parse_batch_facts
+from spark_statestore.spark.driver.settings import ADMISSION, StateStoreSettings
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+ROWS = 400  # rows per file, each a key of its own
+LIMIT = 160_000  # uncommitted bytes per task: about four files' worth
+STORES = [KeyValue("counts", Serdes.string(), Serdes.int64())]
+
+
+def counts(batches, stores):
+    """Running count per key; yields each key's new count."""
+    table = stores["counts"]
+    for batch in batches:
+        grouped = pa.Table.from_batches([batch]).group_by("key").aggregate([("key", "count")])
+        keys = grouped.column("key")
+        current = np.array([c or 0 for c in table.get_all(keys)], dtype=np.int64)
+        new = current + grouped.column("key_count").to_numpy()
+        table.put_columns(keys, new)
+        yield pa.RecordBatch.from_arrays([keys.combine_chunks(), pa.array(new)], ["key", "count"])
+
+
+class Burst:
+    """Input files of distinct keys (a key repeats in every tenth file), a counting query
+    over them writing parquet, and the driver's batch files."""
+
+    def __init__(self, root: Path) -> None:
+        self.input, self.output = root / "input", root / "output"
+        self.checkpoint = str(root / "checkpoint")
+        self.input.mkdir(parents=True)
+        self.files = 0
+
+    def add(self, files: int) -> None:
+        for _ in range(files):
+            keys = [f"k{(self.files % 10) * ROWS + i:06d}" for i in range(ROWS)]
+            staged = self.input.parent / "staged.parquet"
+            pq.write_table(pa.table({"key": keys}), staged)
+            os.replace(staged, self.input / f"{self.files:04d}.parquet")
+            self.files += 1
+
+    def start(self, session):
+        fn = partition_function(counts, self.checkpoint, STORES, partitions=2, emit_changes=False, spark=session)
+        frame = session.readStream.schema("key string").parquet(str(self.input)).repartition(2, "key")
+        return (
+            frame.mapInArrow(fn, "key string, count long").writeStream.format("parquet")
+            .option("path", str(self.output)).option("checkpointLocation", self.checkpoint)
+            .trigger(processingTime=INTERVAL).start()
+        )
+
+    def facts(self, batch: int):
+        path = Path(self.checkpoint) / "statestore" / "_batches" / f"{batch}.json"
+        return parse_batch_facts(path.read_bytes(), batch) if path.exists() else None
+
+    def processed(self, query) -> int:
+        return sum(p["numInputRows"] for p in query.recentProgress)
+
+    def drained(self, query, rows: int, what: str) -> int:
+        """Waits until the query processed `rows` rows and the driver wrote the file of its
+        last batch (after the progress Spark reports); returns that batch."""
+        wait_until(lambda: self.processed(query) == rows and self.facts(query.lastProgress["batchId"]) is not None,
+                   what=what)
+        return query.lastProgress["batchId"]
+
+
+@pytest.fixture(scope="module")
+def session(classic_spark):
+    child = shim_session(classic_spark)
+    child.conf.set("spark.statestore.uncommitted.maxBytes", str(LIMIT))
+    child.conf.set("spark.statestore.cache.maxBytes", "0")
+    yield child
+    for query in child.streams.active:
+        query.stop()
+
+
+def peaks(checkpoint: str) -> dict[int, int]:
+    """The largest task peak of uncommitted bytes per batch."""
+    tasks = StateStoreMetrics(checkpoint).tasks()
+    return tasks.groupby("batch_id")["uncommitted_bytes_peak"].max().to_dict()
+
+
+def reference(session, burst: Burst) -> dict[str, int]:
+    rows = session.read.parquet(str(burst.input)).groupBy("key").count().collect()
+    return {r["key"]: r["count"] for r in rows}
+
+
+def result(session, burst: Burst) -> dict[str, int]:
+    """The last count of each key the query wrote, checking no count was written twice."""
+    rows = session.read.parquet(str(burst.output)).collect()
+    written = [(r["key"], r["count"]) for r in rows]
+    assert len(written) == len(set(written)), "a count was written twice"
+    final: dict[str, int] = {}
+    for key, count in written:
+        final[key] = max(final.get(key, 0), count)
+    return final
+
+
+@pytest.mark.versioned  # the per-minor facts (ReadLimits.java): the limit map, the file source's log
+@pytest.mark.spark
+def test_a_burst_is_cut_into_bounded_batches_drained_back_to_back(session, tmp_path):
+    from spark_statestore.spark.driver.jvm import wake
+
+    burst = Burst(tmp_path)
+    burst.add(1)
+    query = burst.start(session)
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0 and its file")
+    first = burst.facts(0).admission
+    assert len(first) == 1 and first[0].unit == "files" and first[0].admitted == 1 and first[0].limit >= 1
+    assert first[0].reason.startswith("set: ")
+    burst.add(24)
+    assert wake(session, str(query.id))
+    last = burst.drained(query, 25 * ROWS, "the burst drained by wakes alone")
+    batches = [burst.facts(b) for b in range(1, last + 1)]
+    admitted = [f.admission[0].admitted for f in batches]
+    assert sum(admitted) == 24 and len(admitted) >= 3, admitted
+    for before, facts in zip([burst.facts(0)] + batches, batches):
+        assert facts.admission[0].admitted <= before.admission[0].limit  # each batch within its limit
+        # a batch that took its whole limit was cut short (and woke the next)
+        assert facts.admission[0].cut_short == (facts.admission[0].admitted == before.admission[0].limit)
+    assert all(f.admission[0].cut_short for f in batches[:-1])
+    by_batch = peaks(burst.checkpoint)
+    assert max(by_batch[b] for b in range(1, len(batches) + 1)) <= 1.25 * LIMIT, by_batch
+    recent = StateStoreMetrics(burst.checkpoint).recent(100)
+    assert recent["admission_limit"].notna().all()
+    assert recent["admission_cut_short"].sum() == sum(f.admission[0].cut_short for f in batches)
+    query.stop()
+    assert result(session, burst) == reference(session, burst)
+
+
+@pytest.mark.spark
+def test_a_restart_in_the_middle_of_a_limited_run_loses_and_duplicates_nothing(session, tmp_path):
+    """Stopped while the burst drains, restarted: the new run re-runs the batch that was
+    planned, goes on from the previous run's estimate, and the result is the reference."""
+    from spark_statestore.spark.driver.jvm import wake
+
+    burst = Burst(tmp_path)
+    burst.add(1)
+    query = burst.start(session)
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
+    burst.add(30)
+    assert wake(session, str(query.id))
+    wait_until(lambda: burst.facts(2) is not None, what="two limited batches")
+    query.stop()
+    first_run = burst.processed(query)
+    assert first_run < 31 * ROWS  # stopped before the burst drained
+    query = burst.start(session)
+    wait_until(lambda: first_run + burst.processed(query) == 31 * ROWS, what="the rest, by the new run")
+    query.stop()
+    assert result(session, burst) == reference(session, burst)
+
+
+@pytest.mark.spark
+def test_a_crossing_batch_tightens_the_limit_and_it_comes_back_up(session, tmp_path):
+    """A burst of files that each write three times the state of batch 0's: its first batch
+    crosses the limit, and the next limit is tighter (headroom halved); a later burst of small
+    files loosens it again."""
+    from spark_statestore.spark.driver.jvm import wake
+
+    global ROWS
+    burst = Burst(tmp_path)
+    burst.add(1)
+    query = burst.start(session)
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
+    small, ROWS = ROWS, ROWS * 3
+    try:
+        burst.add(6)
+    finally:
+        ROWS = small
+    assert wake(session, str(query.id))
+    large = burst.drained(query, small + 6 * 3 * small, "the large burst drained")
+    burst.add(12)
+    assert wake(session, str(query.id))
+    last = burst.drained(query, 13 * small + 6 * 3 * small, "the small burst drained")
+    limits = [burst.facts(b).admission[0].limit for b in range(0, last + 1)]
+    assert "crossed" in burst.facts(1).admission[0].reason and limits[1] < limits[0], limits
+    assert burst.facts(1).admission[0].reason.startswith("lowered: ")
+    assert limits[-1] > max(limits[1:large + 1]), limits  # back up after the burst
+    query.stop()
+    assert result(session, burst) == reference(session, burst)
+
+
+def rows_source(available: Path):
+    """A Python streaming data source of rows `k<i % 4000>`, as many as the number in the file
+    `available` says; `latestOffset(start, limit)` honours `ReadMaxRows` (pyspark 4.2+)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    class Reader(DataSourceStreamReader):
+        def initialOffset(self):
+            return {"row": 0}
+
+        def latestOffset(self, start, limit):
+            end = int(available.read_text())
+            if isinstance(limit, ReadMaxRows):
+                end = min(end, start["row"] + limit.max_rows)
+            return {"row": end}
+
+        def partitions(self, start, end):
+            return [InputPartition((start["row"], end["row"]))]
+
+        def read(self, partition):
+            first, end = partition.value
+            for i in range(first, end):
+                yield (f"k{i % 4000:06d}",)
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls):
+            return "admission_rows"
+
+        def schema(self):
+            return "key string"
+
+        def streamReader(self, schema):
+            return Reader()
+
+    return Source
+
+
+@pytest.mark.versioned  # runs where the minor has admission control for Python sources (4.2)
+@pytest.mark.spark
+@pytest.mark.skipif(not compat.FACTS.stream_admission_control,
+                    reason="Python streaming data sources have no admission control before pyspark 4.2")
+def test_a_python_streaming_source_is_bounded_in_rows(session, tmp_path):
+    from spark_statestore.spark.driver.jvm import wake
+
+    burst = Burst(tmp_path)
+    available = tmp_path / "available"
+    available.write_text(str(ROWS))
+    session.dataSource.register(rows_source(available))
+    fn = partition_function(counts, burst.checkpoint, STORES, partitions=2, emit_changes=False, spark=session)
+    query = (
+        session.readStream.format("admission_rows").load().repartition(2, "key").mapInArrow(fn, "key string, count long")
+        .writeStream.format("parquet").option("path", str(burst.output)).option("checkpointLocation", burst.checkpoint)
+        .trigger(processingTime=INTERVAL).start()
+    )
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
+    assert burst.facts(0).admission[0].unit == "rows" and burst.facts(0).admission[0].admitted == ROWS
+    available.write_text(str(25 * ROWS))
+    assert wake(session, str(query.id))
+    last = burst.drained(query, 25 * ROWS, "the burst drained by wakes alone")
+    facts = [burst.facts(b) for b in range(0, last + 1)]
+    assert len(facts) >= 4
+    for before, after in zip(facts, facts[1:]):
+        assert after.admission[0].admitted <= before.admission[0].limit
+    query.stop()
+    counted = result(session, burst)
+    assert counted == {f"k{i:06d}": 25 * ROWS // 4000 + (i < 25 * ROWS % 4000) for i in range(4000)}
+
+
+def test_the_setting_is_checked():
+    assert StateStoreSettings.defaults().admission is True
+    assert StateStoreSettings.from_conf({ADMISSION: " False "}.get).admission is False
+    with pytest.raises(ValueError, match=f"{ADMISSION} must be true or false, got 'maybe'"):
+        StateStoreSettings.from_conf({ADMISSION: "maybe"}.get)
