@@ -119,6 +119,14 @@ def result(session, burst: Burst) -> dict[str, int]:
     return final
 
 
+def crossed_in_flight(facts) -> bool:
+    """A batch whose task crossed the limit while it ran: its successor starts the moment it
+    ends, before the driver has set the successor's limit from it (the only case where a
+    batch runs under an older limit; the governor's end-of-batch decisions come after the
+    limit is set)."""
+    return facts.early_trigger is not None and facts.early_trigger.source == "in_flight"
+
+
 @pytest.mark.versioned  # the per-minor facts (ReadLimits.java): the limit map, the file source's log
 @pytest.mark.spark
 def test_a_burst_is_cut_into_bounded_batches_drained_back_to_back(session, tmp_path):
@@ -138,6 +146,8 @@ def test_a_burst_is_cut_into_bounded_batches_drained_back_to_back(session, tmp_p
     admitted = [f.admission[0].admitted for f in batches]
     assert sum(admitted) == 24 and len(admitted) >= 3, admitted
     for before, facts in zip([burst.facts(0)] + batches, batches):
+        if crossed_in_flight(before):
+            continue  # it started as this one ended, under the limit set before
         assert facts.admission[0].admitted <= before.admission[0].limit  # each batch within its limit
         # a batch that took its whole limit was cut short (and woke the next)
         assert facts.admission[0].cut_short == (facts.admission[0].admitted == before.admission[0].limit)
@@ -266,7 +276,7 @@ def test_a_python_streaming_source_is_bounded_in_rows(session, tmp_path):
     facts = [burst.facts(b) for b in range(0, last + 1)]
     assert len(facts) >= 4
     for before, after in zip(facts, facts[1:]):
-        assert after.admission[0].admitted <= before.admission[0].limit
+        assert crossed_in_flight(before) or after.admission[0].admitted <= before.admission[0].limit
     query.stop()
     counted = result(session, burst)
     assert counted == {f"k{i:06d}": 25 * ROWS // 4000 + (i < 25 * ROWS % 4000) for i in range(4000)}

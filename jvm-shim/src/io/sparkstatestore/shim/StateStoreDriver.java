@@ -236,14 +236,19 @@ public final class StateStoreDriver {
             receiver.drain();
             Collection<Signal> batch = reports.take(queryId, batchId);
             long accumulated = run != null && run.lastBatch == batchId - 1 ? startMs - run.lastStartMs : 0;
-            decision = governor.batchEnded(queryId, batchId, batch, accumulated);
-            source.batchEnded(StateStoreSource.label(progress.name(), queryId), batchId, batch, decision);
+            // the next batch's limit first: the governor's decision may start that batch at once
+            boolean cutShort = false;
             if (run != null && run.admission != null) {
                 admitted = run.admission.batchEnded(progress, Governor.top(batch));
-                if (admitted.stream().anyMatch(LimitChange::cutShort)) {
+                cutShort = admitted.stream().anyMatch(LimitChange::cutShort);
+                if (cutShort) {
                     governor.cutShort(queryId, batchId);
-                    wake(queryId);
                 }
+            }
+            decision = governor.batchEnded(queryId, batchId, batch, accumulated);
+            source.batchEnded(StateStoreSource.label(progress.name(), queryId), batchId, batch, decision);
+            if (cutShort) {
+                wake(queryId);
             }
         }
         if (run == null) {
