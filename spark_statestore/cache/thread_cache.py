@@ -1,24 +1,34 @@
 """`ThreadCache`: one byte budget shared by the named caches of the stores of a worker
 (KIP-63's `cache.max.bytes.buffering`, per task slot).
 
-A `NamedCache` serves one store. Its entries live in a `SortedMap` over an `OrderedDict`,
-which gives point access, range walks in key order, and least-recently-used order in one
-structure; its dirty keys are a dict ordered by each key's latest write. A dirty entry's
-value may be `None`: a deletion that has not reached the store yet.
+A `NamedCache` serves one store. Each cached key has one entry, `[value, write, key,
+touch]`, in a `SortedMap` (point access, and range walks in key order): one probe finds
+the value, the dirty mark and the recency mark. Recency and dirty order are logs: a read
+or write appends the entry to the touch log and stores its position there as `touch`; a
+write also appends it to the write log and stores its position there as `write` (0 =
+clean). An entry is at its latest place in a log where its mark equals that position, so
+the least recently used entry is the first such one in the touch log, and the dirty
+entries in the order of their latest writes are those of the write log. A read is one
+probe and an append, a write one probe and two appends: the profile (benchmarks/README.md,
+record_cache.py) found a linked LRU (`OrderedDict.move_to_end`) costing 450 ns a key in a
+map of 50,000 keys, its neighbours' nodes missing the CPU caches, against 80 at 5,000.
+A log is compacted when it holds more than `LOG_SLACK` times its live entries (plus a
+constant). A dirty entry's value may be `None`: a deletion that has not reached the store
+yet.
 
 Size of an entry: what it really costs (`entry_size`): the key and value objects as
-CPython holds them plus `ENTRY_OVERHEAD` bytes for its share of the ordered map, the LRU
-links, the sorted index and the dirty set. A full cache evicts as it takes new entries,
-and under that churn CPython's hash tables hold up to twice their live entries in slots
-(deleted ones wait for the next resize), so the overhead is measured there, against RSS,
-by `benchmarks/memory.py`. After a put returns, `size_bytes <= max_bytes`: the put's
-own named cache evicts least-recently-used entries until the budget holds, and evicting a
+CPython holds them plus `ENTRY_OVERHEAD` bytes for its share of the map, the entry list,
+the sorted index and the logs. A full cache evicts as it takes new entries, and under
+that churn CPython's hash tables hold up to twice their live entries in slots (deleted
+ones wait for the next resize), so the overhead is measured there, against RSS, by
+`benchmarks/memory.py`. After a put returns, `size_bytes <= max_bytes`: the put's own
+named cache evicts least-recently-used entries until the budget holds, and evicting a
 dirty entry first flushes every dirty entry of that named cache (KIP-63).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from spark_statestore.stores.sizes import bytes_cost, record_cost
 from spark_statestore.stores.sorted_map import SortedMap
@@ -26,6 +36,7 @@ from spark_statestore.validation import check_int
 
 ENTRY_OVERHEAD = 320
 FLUSH_CHUNK = 4096  # dirty entries handed to the listener at a time
+LOG_SLACK = 4  # a log is compacted past this many times its live entries, plus 4096
 MISSING: Any = object()
 
 FlushListener = Callable[[list[tuple[Any, "bytes | None"]]], None]
@@ -36,14 +47,34 @@ def entry_size(key: bytes, value: bytes | None) -> int:
     return record_cost(key, value, ENTRY_OVERHEAD)
 
 
+def _value_cost(value: bytes | None) -> int:
+    return 0 if value is None else bytes_cost(len(value))
+
+
+def _latest(log: list[list], mark: int, start: int = 0) -> list[list]:
+    """The entries of `log` from `start` on that are at their latest place there (field
+    `mark` equals their position), in log order."""
+    return [entry for position, entry in enumerate(log[start:] if start else log, start) if entry[mark] == position]
+
+
+def _renumbered(live: list[list], mark: int) -> list[list]:
+    """`live` as a new log: each entry's field `mark` set to its position in it."""
+    for position, entry in enumerate(live):
+        entry[mark] = position
+    return live
+
+
 class NamedCache:
     """The cache of one store inside a `ThreadCache`."""
 
     def __init__(self, namespace: str, owner: "ThreadCache") -> None:
         self.namespace = namespace
         self._owner = owner
-        self.entries = SortedMap(ordered=True)
-        self.dirty: dict[Any, None] = {}
+        self.entries = SortedMap()  # key -> [value, write, key, touch] (see module docstring)
+        self._touches: list[list] = []  # recency log; positions before `_oldest` are stale
+        self._oldest = 0
+        self._writes: list[list] = []  # write log (`write` -1: clean)
+        self.dirty_count = 0
         self.size_bytes = 0
         self.listener: FlushListener | None = None
 
@@ -52,56 +83,120 @@ class NamedCache:
 
     def get(self, key: Any) -> Any:
         """The cached value (None for a pending deletion), or `MISSING`."""
-        entries = self.entries
-        value = entries.get(key, MISSING)
+        return self.get_many((key,))[0]
+
+    def get_many(self, keys: Iterable[Any]) -> list[Any]:
+        """The cached value of each key (None for a pending deletion), or `MISSING`; the
+        keys found become the most recently used, in the order given."""
+        find = self.entries.data.get
+        touches = self._touches
+        touch = touches.append
+        out = []
+        append = out.append
+        hits = 0
+        for key in keys:
+            entry = find(key)
+            if entry is None:
+                append(MISSING)
+            else:
+                entry[3] = len(touches)
+                touch(entry)
+                append(entry[0])
+                hits += 1
         owner = self._owner
-        if value is MISSING:
-            owner.misses += 1
-            return MISSING
-        entries.touch(key)
-        owner.hits += 1
-        return value
+        owner.hits += hits
+        owner.misses += len(out) - hits
+        self._compact_logs()
+        return out
 
     def put(self, key: Any, value: bytes | None, dirty: bool) -> None:
         """Cache `value` (clean: as read from the store; dirty: a write to flush later)."""
+        self.put_many(((key, value),), dirty)
+
+    def put_many(self, pairs: Iterable[tuple[Any, bytes | None]], dirty: bool) -> None:
+        """`put` of every `(key, value)` pair in order, evicting after each one as `put`
+        does (`pairs` may be a generator that depends on what came before)."""
         entries = self.entries
-        old = entries.get(key, MISSING)
+        find = entries.data.get
         owner = self._owner
-        if old is MISSING:
-            delta = entry_size(key, value)
-            entries.set(key, value)  # a new key: goes to the end, the most recently used
-        else:
-            delta = (0 if value is None else bytes_cost(len(value))) - (0 if old is None else bytes_cost(len(old)))
-            owner.overwrites += 1
-            entries.set(key, value)
-            entries.touch(key)
-        if dirty:
-            dirty_keys = self.dirty
-            dirty_keys.pop(key, None)  # re-insert: dirty keys are ordered by latest write
-            dirty_keys[key] = None
-        self.size_bytes += delta
-        owner.size_bytes += delta
-        if owner.size_bytes > owner.max_bytes:
-            owner._evict_from(self)
+        touches, writes = self._touches, self._writes
+        touch_limit, write_limit = self._limits()
+        for key, value in pairs:
+            entry = find(key)
+            if entry is None:
+                delta = entry_size(key, value)
+                entry = [value, -1, key, len(touches)]
+                entries.set(key, entry)
+            else:
+                old = entry[0]
+                if old is None or value is None or len(old) != len(value):
+                    delta = _value_cost(value) - _value_cost(old)
+                else:
+                    delta = 0
+                entry[0] = value
+                entry[3] = len(touches)
+                owner.overwrites += 1
+            touches.append(entry)
+            if dirty:
+                if entry[1] < 0:
+                    self.dirty_count += 1
+                entry[1] = len(writes)
+                writes.append(entry)
+            if delta:
+                self.size_bytes += delta
+                owner.size_bytes += delta
+            if owner.size_bytes > owner.max_bytes:
+                owner._evict_from(self)  # may flush (and a listener write): new logs
+                touches, writes = self._touches, self._writes
+            if len(touches) > touch_limit or len(writes) > write_limit:
+                self._compact_logs()
+                touches, writes = self._touches, self._writes
+                touch_limit, write_limit = self._limits()
+
+    def _limits(self) -> tuple[int, int]:
+        """How long the touch and write logs may grow before `_compact_logs` compacts
+        them (the live entries of each are at most the cache's entries)."""
+        limit = LOG_SLACK * len(self.entries) + 4096
+        return limit + self._oldest, limit
+
+    def _compact_logs(self) -> None:
+        touch_limit, write_limit = self._limits()
+        if len(self._touches) > touch_limit:
+            self._touches = _renumbered(_latest(self._touches, 3, self._oldest), 3)
+            self._oldest = 0
+        if len(self._writes) > write_limit:
+            self._writes = _renumbered(self._dirty_entries(), 1)
+
+    def _dirty_entries(self) -> list[list]:
+        """The dirty entries, in the order of their latest write."""
+        return _latest(self._writes, 1)
 
     def _remove(self, key: Any) -> None:
-        value = self.entries.pop(key, MISSING)
-        if value is MISSING:
+        entry = self.entries.pop(key, None)
+        if entry is None:
             return
-        size = entry_size(key, value)
+        size = entry_size(key, entry[0])
         self.size_bytes -= size
         self._owner.size_bytes -= size
-        self.dirty.pop(key, None)
+        entry[3] = -1
+        if entry[1] >= 0:
+            entry[1] = -1
+            self.dirty_count -= 1
 
     def evict(self) -> None:
         """Remove the least recently used entry, flushing this cache first if it is dirty."""
-        entries = self.entries
-        if not entries:
+        if not self.entries:
             return
-        key = entries.oldest_key()
-        if key in self.dirty:
+        touches = self._touches
+        position = self._oldest
+        while touches[position][3] != position:
+            position += 1
+        self._oldest = position
+        entry = touches[position]
+        key = entry[2]
+        if entry[1] >= 0:
             self.flush()
-        if key in entries:
+        if key in self.entries:
             self._remove(key)
             self._owner.evicts += 1
 
@@ -112,52 +207,58 @@ class NamedCache:
         The entries are marked clean (deletions dropped) before the listener runs, so a
         listener that writes to this cache again starts a new set of dirty entries instead
         of looping over the current one."""
-        if not self.dirty:
+        if not self.dirty_count:
             return
-        get = self.entries.get
-        keys = list(self.dirty)
-        values = [get(key) for key in keys]
-        self.dirty = {}
-        for key, value in zip(keys, values):
+        records = []
+        for entry in self._dirty_entries():
+            entry[1] = -1
+            records.append((entry[2], entry[0]))
+        self._writes = []
+        self.dirty_count = 0
+        for key, value in records:
             if value is None:
                 self._remove(key)
         self._owner.flushes += 1
         listener = self.listener
         if listener is not None:
             # in chunks: what a flush builds downstream (changes, writes) stays bounded
-            for start in range(0, len(keys), FLUSH_CHUNK):
-                listener(list(zip(keys[start : start + FLUSH_CHUNK], values[start : start + FLUSH_CHUNK])))
+            for start in range(0, len(records), FLUSH_CHUNK):
+                listener(records[start : start + FLUSH_CHUNK])
 
     @property
     def dirty_bytes(self) -> int:
         """Key and value bytes of the dirty entries (a deletion counts its key)."""
-        get = self.entries.get
-        return sum(len(k) + len(get(k) or b"") for k in self.dirty)
+        return sum(len(entry[2]) + len(entry[0] or b"") for entry in self._dirty_entries())
 
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes | None] | None:
         """The first entry with `lo <= key < hi` (a deletion shows as value None)."""
-        return next(self.entries.iter_items(lo, hi, True, False), None)
+        return next(self.items(lo, hi, False), None)
 
     def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes | None] | None:
-        return next(self.entries.iter_items(lo, hi, True, False, True), None)
+        return next(self.items(lo, hi, False, True), None)
 
     def items(
         self, lo: Any, hi: Any, hi_inclusive: bool = True, reverse: bool = False
     ) -> Iterator[tuple[Any, bytes | None]]:
         """Live walk in key order over [lo, hi] (deletions included as value None)."""
-        return self.entries.iter_items(lo, hi, True, hi_inclusive, reverse)
+        for key, entry in self.entries.iter_items(lo, hi, True, hi_inclusive, reverse):
+            yield key, entry[0]
 
     def discard_dirty(self) -> None:
         """Drop the entries that were written but not flushed; clean ones stay."""
-        for key in list(self.dirty):
-            self._remove(key)
+        for entry in self._dirty_entries():
+            self._remove(entry[2])
+        self._writes = []
 
     def clear(self) -> None:
         """Drop every entry, dirty ones included."""
         self._owner.size_bytes -= self.size_bytes
         self.size_bytes = 0
         self.entries.clear()
-        self.dirty = {}
+        self._touches = []
+        self._oldest = 0
+        self._writes = []
+        self.dirty_count = 0
 
 
 class ThreadCache:

@@ -20,7 +20,6 @@ and never fails because the map changed underneath it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from itertools import islice
 from typing import Any, Hashable, Iterator
 
@@ -36,9 +35,8 @@ class SortedMap:
 
     __slots__ = ("data", "get", "_keys", "_eager", "version")
 
-    def __init__(self, eager: bool = False, ordered: bool = False) -> None:
-        # `ordered`: keys also keep a recency order (`touch`, `oldest_key`), for LRU caches
-        self.data: dict = OrderedDict() if ordered else {}
+    def __init__(self, eager: bool = False) -> None:
+        self.data: dict = {}
         # `get(key, default=None)`: the dict's own method, bound once (no Python frame)
         self.get = self.data.get
         self._eager = eager
@@ -72,16 +70,8 @@ class SortedMap:
         return value
 
     def items(self) -> Any:
-        """Every `(key, value)` pair, in insertion (or recency) order, not key order."""
+        """Every `(key, value)` pair, in insertion order, not key order."""
         return self.data.items()
-
-    def touch(self, key: Any) -> None:
-        """Make `key` the most recently used (maps built with `ordered=True`)."""
-        self.data.move_to_end(key)
-
-    def oldest_key(self) -> Any:
-        """The least recently used key (maps built with `ordered=True`); the map is not empty."""
-        return next(iter(self.data))
 
     def clear(self) -> None:
         self.data.clear()
