@@ -12,8 +12,8 @@ entries in the order of their latest writes are those of the write log. A read i
 probe and an append, a write one probe and two appends: the profile (benchmarks/README.md,
 record_cache.py) found a linked LRU (`OrderedDict.move_to_end`) costing 450 ns a key in a
 map of 50,000 keys, its neighbours' nodes missing the CPU caches, against 80 at 5,000.
-A log is compacted when it holds more than `LOG_SLACK` times its live entries (plus a
-constant). A dirty entry's value may be `None`: a deletion that has not reached the store
+A log is compacted when it holds more than `LOG_SLACK` times the entries; eviction lets
+go of the touch log's slots it passes, so an evicted entry is freed at once. A dirty entry's value may be `None`: a deletion that has not reached the store
 yet.
 
 Size of an entry: what it really costs (`entry_size`): the key and value objects as
@@ -36,7 +36,7 @@ from spark_statestore.validation import check_int
 
 ENTRY_OVERHEAD = 320
 FLUSH_CHUNK = 4096  # dirty entries handed to the listener at a time
-LOG_SLACK = 4  # a log is compacted past this many times its live entries, plus 4096
+LOG_SLACK = 4  # a log is compacted past this many times the entries (counting at least 1024)
 MISSING: Any = object()
 
 FlushListener = Callable[[list[tuple[Any, "bytes | None"]]], None]
@@ -74,6 +74,7 @@ class NamedCache:
         self._touches: list[list] = []  # recency log; positions before `_oldest` are stale
         self._oldest = 0
         self._writes: list[list] = []  # write log (`write` -1: clean)
+        self._log_limit = LOG_SLACK * 1024
         self.dirty_count = 0
         self.size_bytes = 0
         self.listener: FlushListener | None = None
@@ -83,11 +84,20 @@ class NamedCache:
 
     def get(self, key: Any) -> Any:
         """The cached value (None for a pending deletion), or `MISSING`."""
-        return self.get_many((key,))[0]
+        entry = self.entries.data.get(key)
+        if entry is None:
+            self._owner.misses += 1
+            return MISSING
+        touches = self._touches
+        entry[3] = len(touches)
+        touches.append(entry)
+        self._owner.hits += 1
+        if len(touches) > self._log_limit:
+            self._compact_logs()
+        return entry[0]
 
     def get_many(self, keys: Iterable[Any]) -> list[Any]:
-        """The cached value of each key (None for a pending deletion), or `MISSING`; the
-        keys found become the most recently used, in the order given."""
+        """`get` of every key, in order."""
         find = self.entries.data.get
         touches = self._touches
         touch = touches.append
@@ -106,7 +116,8 @@ class NamedCache:
         owner = self._owner
         owner.hits += hits
         owner.misses += len(out) - hits
-        self._compact_logs()
+        if len(touches) > self._log_limit:
+            self._compact_logs()
         return out
 
     def put(self, key: Any, value: bytes | None, dirty: bool) -> None:
@@ -120,7 +131,6 @@ class NamedCache:
         find = entries.data.get
         owner = self._owner
         touches, writes = self._touches, self._writes
-        touch_limit, write_limit = self._limits()
         for key, value in pairs:
             entry = find(key)
             if entry is None:
@@ -147,25 +157,21 @@ class NamedCache:
                 owner.size_bytes += delta
             if owner.size_bytes > owner.max_bytes:
                 owner._evict_from(self)  # may flush (and a listener write): new logs
-                touches, writes = self._touches, self._writes
-            if len(touches) > touch_limit or len(writes) > write_limit:
-                self._compact_logs()
-                touches, writes = self._touches, self._writes
-                touch_limit, write_limit = self._limits()
-
-    def _limits(self) -> tuple[int, int]:
-        """How long the touch and write logs may grow before `_compact_logs` compacts
-        them (the live entries of each are at most the cache's entries)."""
-        limit = LOG_SLACK * len(self.entries) + 4096
-        return limit + self._oldest, limit
+            elif len(touches) <= self._log_limit and len(writes) <= self._log_limit:
+                continue
+            self._compact_logs()
+            touches, writes = self._touches, self._writes
 
     def _compact_logs(self) -> None:
-        touch_limit, write_limit = self._limits()
-        if len(self._touches) > touch_limit:
+        """Compact a log longer than `_log_limit` to its live entries; the limit is then
+        `LOG_SLACK` times the entries (counting at least 1024)."""
+        limit = self._log_limit
+        if len(self._touches) > limit:
             self._touches = _renumbered(_latest(self._touches, 3, self._oldest), 3)
             self._oldest = 0
-        if len(self._writes) > write_limit:
+        if len(self._writes) > limit:
             self._writes = _renumbered(self._dirty_entries(), 1)
+        self._log_limit = LOG_SLACK * max(len(self.entries), 1024)
 
     def _dirty_entries(self) -> list[list]:
         """The dirty entries, in the order of their latest write."""
@@ -189,10 +195,12 @@ class NamedCache:
             return
         touches = self._touches
         position = self._oldest
-        while touches[position][3] != position:
-            position += 1
-        self._oldest = position
         entry = touches[position]
+        while entry[3] != position:  # an earlier touch, or a removed entry: let it go
+            touches[position] = None
+            position += 1
+            entry = touches[position]
+        self._oldest = position
         key = entry[2]
         if entry[1] >= 0:
             self.flush()
@@ -259,6 +267,7 @@ class NamedCache:
         self._oldest = 0
         self._writes = []
         self.dirty_count = 0
+        self._log_limit = LOG_SLACK * 1024
 
 
 class ThreadCache:
