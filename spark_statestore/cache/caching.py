@@ -49,7 +49,7 @@ class CachingLayer:
         if namespace is None:
             namespace = f"{inner.name}#{next(_anonymous)}"
         named = cache.named_cache(namespace)
-        if named.dirty_count:
+        if named.dirty:
             raise StateStoreError(
                 f"named cache {namespace!r} holds unflushed writes of another store; flush or drop it first"
             )
@@ -145,7 +145,7 @@ class CachingLayer:
         (the same quantity: `txn.budget.uncommitted_cost`)."""
         named = self._named
         return self._transactional().approximate_num_uncommitted_bytes() + uncommitted_cost(
-            named.dirty_bytes, named.dirty_count
+            named.dirty_bytes, len(named.dirty)
         )
 
     def read_only(self, isolation: Any = "READ_COMMITTED") -> Any:

@@ -78,7 +78,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
     def approximate_num_entries(self) -> int:
         if not self._open:
             raise self._closed()
-        return self._inner.approximate_num_entries() + self._named.dirty_count
+        return self._inner.approximate_num_entries() + len(self._named.dirty)
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """One `get_all` of the store for the old values it needs (the keys are distinct,

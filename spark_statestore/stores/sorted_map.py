@@ -1,7 +1,8 @@
 """`SortedMap`: a dict whose keys can also be walked in order, safely under mutation.
 
 The dict itself is `data` (read it; write through `set`/`pop`/`clear`, which keep the
-index and the version counter right).
+index and the version counter right; replacing the value of a present key in `data`
+changes neither).
 
 Point operations cost what a dict costs. The sorted index of keys (a
 `sortedcontainers.SortedList`) is built on the first ordered walk and maintained from then
@@ -20,6 +21,7 @@ and never fails because the map changed underneath it.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from itertools import islice
 from typing import Any, Hashable, Iterator
 
@@ -35,8 +37,9 @@ class SortedMap:
 
     __slots__ = ("data", "get", "_keys", "_eager", "version")
 
-    def __init__(self, eager: bool = False) -> None:
-        self.data: dict = {}
+    def __init__(self, eager: bool = False, ordered: bool = False) -> None:
+        # `ordered`: keys also keep a recency order (`touch`, `oldest_key`), for LRU caches
+        self.data: dict = OrderedDict() if ordered else {}
         # `get(key, default=None)`: the dict's own method, bound once (no Python frame)
         self.get = self.data.get
         self._eager = eager
@@ -70,8 +73,16 @@ class SortedMap:
         return value
 
     def items(self) -> Any:
-        """Every `(key, value)` pair, in insertion order, not key order."""
+        """Every `(key, value)` pair, in insertion (or recency) order, not key order."""
         return self.data.items()
+
+    def touch(self, key: Any) -> None:
+        """Make `key` the most recently used (maps built with `ordered=True`)."""
+        self.data.move_to_end(key)
+
+    def oldest_key(self) -> Any:
+        """The least recently used key (maps built with `ordered=True`); the map is not empty."""
+        return next(iter(self.data))
 
     def clear(self) -> None:
         self.data.clear()
