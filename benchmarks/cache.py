@@ -39,13 +39,18 @@ def zipf_keys(updates: int, keys: int, s: float, seed: int = 3) -> list[bytes]:
 def run(path: str, stream: list[bytes], cache_bytes: int | None) -> dict[str, float]:
     inner = Stores.persistent_key_value_store("counts", path)
     writes = [0]
-    inner_put = inner.put
+    inner_put, inner_put_all = inner.put, inner.put_all
 
     def counting_put(key, value):
         writes[0] += 1
         inner_put(key, value)
 
-    inner.put = counting_put  # count what reaches the store
+    def counting_put_all(pairs):
+        pairs = list(pairs)
+        writes[0] += len(pairs)
+        inner_put_all(pairs)
+
+    inner.put, inner.put_all = counting_put, counting_put_all  # count what reaches the store (a flush writes by put_all)
     forwarded = [0]
     if cache_bytes is None:
         store = inner

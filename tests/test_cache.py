@@ -73,6 +73,32 @@ def test_evicting_a_dirty_entry_flushes_the_stores_dirty_entries_first():
     assert list(store.named_cache.entries.data) == [b"b", b"c"]  # clean now
 
 
+def test_bulk_and_single_reads_and_writes_keep_recency_and_write_order():
+    """Rewrites of a few keys, in bulk (`get_all`, `put_all`) and one by one: a flush
+    forwards each key once in the order of its latest write, and eviction takes the least
+    recently used."""
+    cache = ThreadCache(1 << 20)
+    store, inner, forwarded = cached_kv(cache)
+    keys = [b"k%d" % i for i in range(10)]
+    for round in range(1000, 2000):
+        if round % 2:
+            store.put_all([(key, b"v%d" % round) for key in keys])
+        else:
+            for key in keys:
+                store.put(key, b"v%d" % round)
+        store.get_all(keys)
+    named = store.named_cache
+    assert (cache.hits, cache.overwrites) == (10_000, 9_990)
+    for key in reversed(keys):
+        store.get(key)  # least recently used first: k9 ... k4, k3, k2, k1, k0
+    store.put(b"k3", b"v9999")  # then k3
+    store.flush()
+    assert [c.key for c in forwarded] == keys[:3] + keys[4:] + [b"k3"]
+    assert list(inner.all()) == sorted((key, b"v9999" if key == b"k3" else b"v1999") for key in keys)
+    cache.resize(2 * entry_size(b"k0", b"v1999"))
+    assert sorted(named.entries.data) == [b"k0", b"k3"] and cache.evicts == 8
+
+
 def test_resize_shrinks_by_evicting():
     cache = ThreadCache(100_000)
     one, inner_one, _ = cached_kv(cache)

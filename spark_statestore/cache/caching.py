@@ -91,14 +91,12 @@ class CachingLayer:
     def _read_through(self, cache_keys: list[bytes], fetch: Callable[[list[int]], list]) -> list[bytes | None]:
         """Values of many cache keys: cached ones from the cache, the rest by one `fetch`
         of their positions from the store (filling the cache with what it finds)."""
-        named = self._named
-        out = [named.get(key) for key in cache_keys]
+        out = self._named.get_many(cache_keys)
         missing = [i for i, value in enumerate(out) if value is MISSING]
         if missing:
             for i, value in zip(missing, fetch(missing), strict=True):
                 out[i] = value
-                if value is not None:
-                    named.put(cache_keys[i], value, False)
+            self._named.put_many(((cache_keys[i], out[i]) for i in missing if out[i] is not None), False)
         return out
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:

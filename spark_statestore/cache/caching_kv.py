@@ -60,8 +60,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
     def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         if not self._open:
             raise self._closed()
-        for key, value in check_pairs(pairs):
-            self._named.put(key, value, True)
+        self._named.put_many(check_pairs(pairs), True)
 
     def _merged(self, lo, hi, hi_inclusive: bool, reverse: bool, stored: Any) -> Iterator[tuple[bytes, bytes]]:
         cached = self._named.items(lo, hi, hi_inclusive, reverse)
@@ -82,13 +81,21 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
         return self._inner.approximate_num_entries() + len(self._named.dirty)
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
+        """One `get_all` of the store for the old values it needs (the keys are distinct,
+        so reading them all before writing reads what per-entry reads would), then one
+        `put_all`. Without a listener no `Change` is made."""
         inner = self._inner
         send_old = self._send_old_values
+        forward = self._on_flush is not None
+        olds = iter(inner.get_all([key for key, new in entries if send_old or new is None]))
+        writes = []
         changes = []
         for key, new in entries:
-            old = inner.get(key) if send_old or new is None else None
+            old = next(olds) if send_old or new is None else None
             if new is None and old is None:
                 continue  # written and deleted again: the store never had it
-            inner.put(key, new)
-            changes.append(Change(key, new, old if send_old else None))
+            writes.append((key, new))
+            if forward:
+                changes.append(Change(key, new, old if send_old else None))
+        inner.put_all(writes)
         return changes

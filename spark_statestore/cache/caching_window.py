@@ -9,16 +9,16 @@ Stores that retain duplicates cannot be cached, as in Kafka Streams.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from spark_statestore.cache.caching import CachingLayer, OnFlush
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, ThreadCache
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
-from spark_statestore.stores.window_api import WindowStore
+from spark_statestore.stores.window_api import WindowStore, log
 from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
 from spark_statestore.stores.windowed import Windowed, window_of
-from spark_statestore.validation import check_window_get
+from spark_statestore.validation import check_window_get, check_window_records
 
 
 class CachingWindowStore(CachingLayer, WindowStore):
@@ -58,6 +58,31 @@ class CachingWindowStore(CachingLayer, WindowStore):
 
     def _put_live(self, key: bytes, value: bytes | None, window_start: int) -> None:
         self._named.put(ws_bytes(window_start) + key, value, True)
+
+    def put_all(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
+        """`put` of every `(key, value, window_start)` record in order (every one checked
+        first), in one pass through the cache."""
+        if not self._open:
+            raise self._closed()
+        self._named.put_many(self._live_entries(check_window_records(records)), True)
+
+    def _live_entries(self, records: list[tuple[bytes, bytes | None, int]]) -> Iterator[tuple[bytes, bytes | None]]:
+        """The cache entries of the records, each taken as `put` takes it when its turn
+        comes: stream time advances, and a record that is not live is dropped and counted.
+        (Only this advances the observed stream time meanwhile: a flush hands the store
+        the cache's own.)"""
+        now = self.observed_stream_time
+        advances = self._records_advance
+        retention = self.retention_period
+        for key, value, start in records:
+            if advances and start > self._stream_time:
+                self._advance(start)
+                now = max(now, start)
+            if start <= now - retention:
+                self.metrics.dropped_records_total += 1
+                log.debug("store %r dropped a record for expired window start %d", self._name, start)
+                continue
+            yield ws_bytes(start) + key, value
 
     def _get_live(self, key: bytes, window_start: int) -> bytes | None:
         cache_key = ws_bytes(window_start) + key
@@ -123,23 +148,26 @@ class CachingWindowStore(CachingLayer, WindowStore):
         """Write what is still live; forward every change (an update made while its window
         was live reaches downstream even if the window expired while it was cached); then
         hand the cache's stream time to the store, since records that advanced it may not
-        have been written (deleted again, or expired)."""
+        have been written (deleted again, or expired). Without a listener no `Change` is
+        made."""
         inner = self._inner
         send_old = self._send_old_values
+        forward = self._on_flush is not None
         expired_up_to = self.observed_stream_time - self.retention_period
         changes = []
         for entry_key, new in entries:
             start = start_of(entry_key)
             key = entry_key[8:]
             if start <= expired_up_to:
-                if new is not None:
+                if new is not None and forward:
                     changes.append(Change(key, new, None, start))
                 continue
             old = inner.get(key, start) if send_old or new is None else None
             if new is None and old is None:
                 continue  # written and deleted again: the store never had it
             inner.put(key, new, start)
-            changes.append(Change(key, new, old if send_old else None, start))
+            if forward:
+                changes.append(Change(key, new, old if send_old else None, start))
         if self._stream_time >= 0:
             inner.advance_stream_time(self._stream_time)
         return changes

@@ -18,7 +18,7 @@ dirty entry first flushes every dirty entry of that named cache (KIP-63).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from spark_statestore.stores.sizes import bytes_cost, record_cost
 from spark_statestore.stores.sorted_map import SortedMap
@@ -34,6 +34,10 @@ FlushListener = Callable[[list[tuple[Any, "bytes | None"]]], None]
 def entry_size(key: bytes, value: bytes | None) -> int:
     """What one cache entry costs (see module docstring)."""
     return record_cost(key, value, ENTRY_OVERHEAD)
+
+
+def _value_cost(value: bytes | None) -> int:
+    return 0 if value is None else bytes_cost(len(value))
 
 
 class NamedCache:
@@ -62,27 +66,57 @@ class NamedCache:
         owner.hits += 1
         return value
 
+    def get_many(self, keys: list[Any]) -> list[Any]:
+        """`get` of every key, in order, in one loop."""
+        data = self.entries.data
+        find = data.get
+        touch = data.move_to_end
+        out = [find(key, MISSING) for key in keys]
+        hits = 0
+        for key, value in zip(keys, out):
+            if value is not MISSING:
+                touch(key)
+                hits += 1
+        owner = self._owner
+        owner.hits += hits
+        owner.misses += len(out) - hits
+        return out
+
     def put(self, key: Any, value: bytes | None, dirty: bool) -> None:
         """Cache `value` (clean: as read from the store; dirty: a write to flush later)."""
+        self.put_many(((key, value),), dirty)
+
+    def put_many(self, pairs: Iterable[tuple[Any, bytes | None]], dirty: bool) -> None:
+        """`put` of every `(key, value)` pair in order, evicting after each one as `put`
+        does, in one loop (`pairs` may be a generator that depends on what came before)."""
         entries = self.entries
-        old = entries.get(key, MISSING)
+        data = entries.data
+        find = data.get
+        touch = data.move_to_end
         owner = self._owner
-        if old is MISSING:
-            delta = entry_size(key, value)
-            entries.set(key, value)  # a new key: goes to the end, the most recently used
-        else:
-            delta = (0 if value is None else bytes_cost(len(value))) - (0 if old is None else bytes_cost(len(old)))
-            owner.overwrites += 1
-            entries.set(key, value)
-            entries.touch(key)
-        if dirty:
-            dirty_keys = self.dirty
-            dirty_keys.pop(key, None)  # re-insert: dirty keys are ordered by latest write
-            dirty_keys[key] = None
-        self.size_bytes += delta
-        owner.size_bytes += delta
-        if owner.size_bytes > owner.max_bytes:
-            owner._evict_from(self)
+        dirty_keys = self.dirty
+        for key, value in pairs:
+            old = find(key, MISSING)
+            if old is MISSING:
+                delta = entry_size(key, value)
+                entries.set(key, value)  # a new key: goes to the end, the most recently used
+            else:
+                if old is None or value is None or len(old) != len(value):
+                    delta = _value_cost(value) - _value_cost(old)
+                else:
+                    delta = 0
+                data[key] = value  # a present key: no change to the index or the version
+                touch(key)
+                owner.overwrites += 1
+            if dirty:
+                dirty_keys.pop(key, None)  # re-insert: dirty keys are ordered by latest write
+                dirty_keys[key] = None
+            if delta:
+                self.size_bytes += delta
+                owner.size_bytes += delta
+            if owner.size_bytes > owner.max_bytes:
+                owner._evict_from(self)
+                dirty_keys = self.dirty  # a flush starts a new set
 
     def _remove(self, key: Any) -> None:
         value = self.entries.pop(key, MISSING)

@@ -1,7 +1,8 @@
 """`SortedMap`: a dict whose keys can also be walked in order, safely under mutation.
 
 The dict itself is `data` (read it; write through `set`/`pop`/`clear`, which keep the
-index and the version counter right).
+index and the version counter right; replacing the value of a present key in `data`
+changes neither).
 
 Point operations cost what a dict costs. The sorted index of keys (a
 `sortedcontainers.SortedList`) is built on the first ordered walk and maintained from then
