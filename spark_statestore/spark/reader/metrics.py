@@ -35,7 +35,8 @@ BATCHES_SCHEMA = StructType(
     + [StructField(name, LongType()) for name in SUMMED]
     + [StructField(name, DoubleType()) for name in MAXED]
     + [StructField("rows_dropped_by_watermark", LongType()), StructField("early_triggers", LongType()),
-       StructField("early_trigger_reason", StringType())]
+       StructField("early_trigger_reason", StringType()), StructField("admission_limit", LongType()),
+       StructField("admission_cut_short", LongType()), StructField("admission_reason", StringType())]
 )
 
 
