@@ -155,3 +155,17 @@ def skip_without_tws(spark: Any) -> None:
 
     if compat.is_connect(spark) and not compat.FACTS.connect_transform_with_state:
         pytest.skip(f"the Spark Connect client of pyspark {compat.VERSION} has no transformWithStateInPandas")
+
+
+def finished(spark: Any, query: Any) -> None:
+    """Wait for `query` to end without an error, and, in a classic session, for the JVM
+    shim's listener to have written the driver's file of its last batch: Spark tells
+    listeners of a batch on its listener bus, which may run behind awaitTermination, so a
+    metrics read right after could miss that batch's driver facts and a later one see them.
+    (A Spark Connect client cannot reach the server's bus; the tests' server runs no shim.)"""
+    from spark_statestore.spark import compat
+
+    query.awaitTermination()
+    assert query.exception() is None
+    if not compat.is_connect(spark):
+        compat.drain_listener_bus(spark)

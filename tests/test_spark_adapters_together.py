@@ -71,8 +71,7 @@ def _start(spark, adapter: str, job: str):
 def _check(spark, checkpoint: str, query) -> None:
     """The query's task records are one per batch and partition, and count the keys each
     batch wrote; the state read back holds the totals."""
-    query.awaitTermination()
-    assert query.exception() is None
+    spark_jobs.finished(spark, query)
     metrics = StateStoreMetrics(checkpoint)
     tasks = metrics.tasks()
     mine = tasks[tasks["query_id"] == str(query.id)]

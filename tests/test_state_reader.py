@@ -14,6 +14,7 @@ import uuid
 
 import pandas as pd
 import pytest
+import spark_jobs
 from pyspark import cloudpickle
 
 from spark_statestore import Serdes
@@ -57,8 +58,7 @@ def _run(spark, job: str, batches: list[list[str]], sink=None, wait: bool = True
     writer = writer.foreachBatch(sink) if sink is not None else writer.format("noop")
     query = writer.trigger(availableNow=True).start()
     if wait:
-        query.awaitTermination()
-        assert query.exception() is None
+        spark_jobs.finished(spark, query)
     return checkpoint, query
 
 
