@@ -6,7 +6,9 @@ fail; the RocksDB state store provider that transformWithStateInPandas needs), w
 interpreter as the Python of its workers and the project on their `PYTHONPATH`, and
 waits until a session can be opened (the server's port accepts connections, the process
 is alive). Its log is kept in `root/connect-server.log`. `stop()` ends it, by its process
-group (the server and the Python workers it started), first politely, then for good.
+group (the server and the Python workers it started), first politely, then for good (as
+leaving a `with` block does). `with_shim(root, conf)` starts one whose driver runs
+spark_statestore's driver part from its start (the shim jar and its plugin).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Self
 
 import pyspark
 
@@ -24,6 +27,7 @@ from standalone import SPARK_HOME, free_port
 
 SPARK_SUBMIT = os.path.join(SPARK_HOME, "bin", "spark-submit")
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+PLUGIN = "io.sparkstatestore.shim.StateStorePlugin"
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONF = {
     "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -82,6 +86,12 @@ class ConnectServer:
 
         return SparkSession.builder.remote(self.url).create()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 30)):
             try:
@@ -94,3 +104,15 @@ class ConnectServer:
             except subprocess.TimeoutExpired:
                 continue
         self._log.close()
+
+
+def with_shim(root: str, conf: dict[str, str] | None = None) -> ConnectServer:
+    """A Connect server (in `root/server`) started with the shim jar and its plugin, its
+    state's local copies under `root/local`, and `conf`."""
+    from spark_statestore.spark.driver.jvm import shim_jar
+
+    jar = shim_jar()
+    if jar is None:
+        raise RuntimeError("the shim jar is not built: run `python jvm-shim/build.py` (it needs a JDK)")
+    plugin = {"spark.jars": jar, "spark.plugins": PLUGIN, "spark.statestore.localDir": os.path.join(root, "local")}
+    return ConnectServer(os.path.join(root, "server"), dict(plugin, **(conf or {})))

@@ -1,8 +1,8 @@
-"""Adaptive admission on real queries (classic; the driver part is the same JVM code under
-Spark Connect): a burst of files is cut into batches whose largest task stays near
-`spark.statestore.uncommitted.maxBytes`, drained back to back (each batch cut short wakes the
-next), with the result of the batch reference, also across a restart in the middle; the
-limit loosens again after a crossing batch; the setting is checked.
+"""Adaptive admission on real queries (a classic session's, and a Spark Connect client's on a
+server started with the plugin): a burst of files is cut into batches whose largest task
+stays near `spark.statestore.uncommitted.maxBytes`, drained back to back (each batch cut
+short wakes the next), with the result of the batch reference, also across a restart in the
+middle; the limit loosens again after a crossing batch; the setting is checked.
 
 The queries use a century-long processing-time interval: batch 0 runs at start, every other
 batch only because something woke the query, so "cut short is followed at once" is what
@@ -77,13 +77,13 @@ class Burst:
         return parse_batch_facts(path.read_bytes(), batch) if path.exists() else None
 
     def processed(self, query) -> int:
-        return sum(p["numInputRows"] for p in query.recentProgress)
+        return sum(p.numInputRows for p in query.recentProgress)  # a Connect client's may lack the key
 
     def drained(self, query, rows: int, what: str) -> int:
         """Waits until the query processed `rows` rows and the driver wrote the file of its
         last batch (after the progress Spark reports); returns that batch."""
         wait_until(lambda: self.processed(query) == rows and self.facts(query.lastProgress["batchId"]) is not None,
-                   what=what)
+                   timeout=120, what=what)
         return query.lastProgress["batchId"]
 
 
@@ -127,20 +127,23 @@ def crossed_in_flight(facts) -> bool:
     return facts.early_trigger is not None and facts.early_trigger.source == "in_flight"
 
 
-@pytest.mark.versioned  # the per-minor facts (ReadLimits.java): the limit map, the file source's log
-@pytest.mark.spark
-def test_a_burst_is_cut_into_bounded_batches_drained_back_to_back(session, tmp_path):
-    from spark_statestore.spark.driver.jvm import wake
-
-    burst = Burst(tmp_path)
+def drain_a_burst(session, root: Path, wake_query) -> None:
+    """The burst of both kinds of session: batch 0 over one file sets the first limit; 24 more
+    files, and `wake_query(query)` starts the next batch (under the century interval nothing
+    else would). The burst is cut into at least three batches, each within the limit set after
+    the batch before, its largest task within 1.25x the uncommitted limit; every batch but the
+    last was cut short, and the burst drained with no other wake (each cut short batch was
+    followed at once); `metrics.recent()` has the admission decisions of the driver's files,
+    and the output is the batch reference's."""
+    burst = Burst(root)
     burst.add(1)
     query = burst.start(session)
-    wait_until(lambda: burst.facts(0) is not None, what="batch 0 and its file")
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0 and its file", timeout=120)
     first = burst.facts(0).admission
     assert len(first) == 1 and first[0].unit == "files" and first[0].admitted == 1 and first[0].limit >= 1
     assert first[0].reason.startswith("set: ")
     burst.add(24)
-    assert wake(session, str(query.id))
+    wake_query(query)
     last = burst.drained(query, 25 * ROWS, "the burst drained by wakes alone")
     batches = [burst.facts(b) for b in range(1, last + 1)]
     admitted = [f.admission[0].admitted for f in batches]
@@ -154,11 +157,50 @@ def test_a_burst_is_cut_into_bounded_batches_drained_back_to_back(session, tmp_p
     assert all(f.admission[0].cut_short for f in batches[:-1])
     by_batch = peaks(burst.checkpoint)
     assert max(by_batch[b] for b in range(1, len(batches) + 1)) <= 1.25 * LIMIT, by_batch
-    recent = StateStoreMetrics(burst.checkpoint).recent(100)
-    assert recent["admission_limit"].notna().all()
-    assert recent["admission_cut_short"].sum() == sum(f.admission[0].cut_short for f in batches)
+    columns = ["admission_limit", "admission_cut_short", "admission_reason"]
+    recent = StateStoreMetrics(burst.checkpoint).recent(100).set_index("batch_id")[columns]
+    files = {b: {c: burst.facts(b).metrics()[c] for c in columns} for b in range(last + 1)}
+    assert recent.to_dict("index") == files
     query.stop()
     assert result(session, burst) == reference(session, burst)
+
+
+@pytest.mark.versioned  # the per-minor facts (ReadLimits.java): the limit map, the file source's log
+@pytest.mark.spark
+def test_a_burst_is_cut_into_bounded_batches_drained_back_to_back(session, tmp_path):
+    from spark_statestore.spark.driver.jvm import wake
+
+    def wake_query(query) -> None:
+        assert wake(session, str(query.id))
+
+    drain_a_burst(session, tmp_path, wake_query)
+
+
+@pytest.mark.versioned  # the Connect client of each minor; the driver part is the classic test's
+@pytest.mark.spark
+def test_a_burst_is_cut_into_bounded_batches_over_spark_connect(tmp_path):
+    """The same burst from a Spark Connect client, on a Connect server started with the
+    plugin and the limits in its conf. The client has no JVM to wake the query with: it sends
+    the crossing signal a task of batch 0 would (to the receiver the driver publishes in its
+    conf), which wakes the query once; the rest is the driver's admission."""
+    pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark[connect]")
+    from connect_server import with_shim
+
+    from spark_statestore.spark.signals import CROSSING, SECRET_KEY, TARGET_KEY, Signal, SignalTarget, send
+
+    conf = {"spark.statestore.uncommitted.maxBytes": str(LIMIT), "spark.statestore.cache.maxBytes": "0"}
+    with with_shim(str(tmp_path / "connect"), conf) as server:
+        session = server.session()
+        try:
+            target = SignalTarget.parse(session.conf.get(TARGET_KEY), session.conf.get(SECRET_KEY))
+
+            def wake_query(query) -> None:
+                no_tasks = 1 << 62  # a task attempt id no task of the query has
+                assert send(target, Signal(CROSSING, str(query.id), 0, 0, no_tasks, LIMIT + 1, LIMIT))
+
+            drain_a_burst(session, tmp_path / "burst", wake_query)
+        finally:
+            session.stop()
 
 
 @pytest.mark.spark

@@ -17,7 +17,7 @@ from shim_queries import wait_until
 
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StateStoreMetrics, partition_function
-from spark_statestore.spark.driver.jvm import metrics_source, shim_jar
+from spark_statestore.spark.driver.jvm import metrics_source
 
 pytestmark = pytest.mark.spark
 TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
@@ -109,18 +109,14 @@ def test_a_spark_connect_servers_csv_sink_shows_the_figures_of_a_clients_query(t
     figures reach the sink's files, one per metric
     (`<app id>.driver.spark_statestore.<query name>.<metric>.csv`)."""
     pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark[connect]")
-    from connect_server import ConnectServer
+    from connect_server import with_shim
 
     sink = tmp_path / "csv"
     sink.mkdir()
     sink_conf = {f"spark.metrics.conf.*.sink.csv.{k}": v for k, v in {
         "class": "org.apache.spark.metrics.sink.CsvSink", "period": "1", "unit": "seconds", "directory": str(sink),
     }.items()}
-    server = ConnectServer(str(tmp_path / "server"), {
-        "spark.jars": shim_jar(), "spark.plugins": "io.sparkstatestore.shim.StateStorePlugin",
-        "spark.statestore.localDir": str(tmp_path / "local"), **sink_conf,
-    })
-    try:
+    with with_shim(str(tmp_path), sink_conf) as server:
         session = server.session()
         try:
             summaries = run_query(session, tmp_path / "job", "connect-metrics")
@@ -133,5 +129,3 @@ def test_a_spark_connect_servers_csv_sink_shows_the_figures_of_a_clients_query(t
             return {name: last_value(files[name]) if name in files else None for name in want}
 
         wait_until(lambda: written() == want, what=f"the CSV sink's files with {want}", timeout=120)
-    finally:
-        server.stop()
