@@ -12,8 +12,10 @@ user would otherwise do by hand:
   10,000 records (the columns given as two lists);
 - window (key layout: 8-byte big-endian window start, then the key): put is one
   `Rdict.put(start + key, value)`; fetch (one key, all windows) seeks one iterator to
-  `start + key` per window start; fetch_range (a key range, all windows) seeks once per
-  window start and reads the range, decoding each entry into `((key, window start), value)`.
+  `start + key` per window start, and fetch_range (a key range, all windows) seeks it to
+  `start + first key` and reads the range, decoding each entry into `((key, window start),
+  value)`; neither knows the window starts in advance, so a seek that lands in a later
+  window, before the key, is followed by a second seek in that window (what the store does).
 
 The ratio is floor throughput / typed throughput (1.0 = no overhead).
 
@@ -43,6 +45,29 @@ CHUNK = 1000
 
 def _enc(value: int) -> bytes:
     return value.to_bytes(8, "big", signed=True)
+
+
+def _window_scan(it: rocksdict.RdictIter, low: bytes, high: bytes, t: int, t_to: int):
+    """`(window start, stored key, value)` of the entries whose key part is in [low, high)
+    in each window start of [t, t_to], by one seek of one iterator per window start (and
+    one more where a seek lands in a later window, before its key range: the window
+    starts are not known in advance)."""
+    end = _ws(t_to + 1)
+    while t <= t_to:
+        it.seek(_ws(t) + low)
+        if not it.valid() or it.key() >= end:
+            return
+        stored = it.key()
+        w = int.from_bytes(stored[:8], "big")
+        if w > t and stored[8:] < low:
+            t = w
+            continue
+        upper = _ws(w) + high
+        while it.valid() and stored < upper:
+            yield w, stored, it.value()
+            it.next()
+            stored = it.key() if it.valid() else upper
+        t = w + 1
 
 
 class TypedBench:
@@ -215,11 +240,9 @@ class TypedBench:
             it = h["f"].iter()
             for k in fetch_keys:
                 part = k.encode("utf-8")
-                for t in starts:  # every window start exists: one seek per window
-                    it.seek(_ws(t) + part)
-                    if it.valid() and it.key()[8:] == part:
-                        (int.from_bytes(it.key()[:8], "big"), int.from_bytes(it.value(), "big", signed=True))
-                        n += 1
+                for w, _, raw in _window_scan(it, part, part + b"\x00", 0, 10_000):
+                    (w, int.from_bytes(raw, "big", signed=True))
+                    n += 1
             return n
 
         assert typed_fetch() == floor_fetch() == len(fetch_keys) * len(starts)
@@ -239,16 +262,9 @@ class TypedBench:
             n = 0
             it = h["f"].iter()
             for lo, hi in ranges:
-                low, high = lo.encode("utf-8"), hi.encode("utf-8") + b"\x00"
-                for t in starts:
-                    ws = _ws(t)
-                    it.seek(ws + low)
-                    end = ws + high
-                    while it.valid() and it.key() < end:
-                        stored = it.key()
-                        ((stored[8:].decode("utf-8"), t), int.from_bytes(it.value(), "big", signed=True))
-                        n += 1
-                        it.next()
+                for w, stored, raw in _window_scan(it, lo.encode("utf-8"), hi.encode("utf-8") + b"\x00", 0, 10_000):
+                    ((stored[8:].decode("utf-8"), w), int.from_bytes(raw, "big", signed=True))
+                    n += 1
             return n
 
         assert typed_fetch_range() == floor_fetch_range() == 10 * len(ranges) * len(starts)
