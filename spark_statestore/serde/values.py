@@ -35,10 +35,7 @@ class Serde:
     def encode_many(self, values: Any, name: str = "value") -> list[bytes]:
         """Encode a column (a list, numpy array, pandas Series or Arrow array); the built-in
         serdes do it without a Python call per value where they can."""
-        encode = self.encode
-        if self.builtin:
-            return [encode(v, name) for v in as_list(values)]  # type: ignore[call-arg]
-        return [encode(v) for v in as_list(values)]
+        return list(map(self.encoder(name), as_list(values)))
 
     def decode_many(self, data: list) -> list:
         """Decode a list of stored values (`None` stays `None`)."""

@@ -24,13 +24,9 @@ from spark_statestore.validation import check_items
 
 
 def _decoded(source: StoreIterator, decode_item: Callable[[Any], Any]) -> StoreIterator:
-    def walk() -> Iterator[Any]:
-        try:
-            yield from map(decode_item, source)
-        finally:
-            source.close()
-
-    return StoreIterator(walk())
+    """`source`'s items decoded; a `for` loop runs the store's generator through a `map`,
+    with no Python frame of this layer per item."""
+    return StoreIterator(map(decode_item, source), inner=source)
 
 
 def _builtin(serde: Any) -> bool:
