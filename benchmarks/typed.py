@@ -76,10 +76,10 @@ class TypedBench:
         rng = random.Random(11)
         self.workdir = workdir
         self.counter = 0
-        self.keys = ["user-%09d" % rng.randrange(10**9) for _ in range(records)]
+        self.keys = [f"user-{rng.randrange(10**9):09d}" for _ in range(records)]
         self.values = [rng.randrange(-(10**12), 10**12) for _ in range(records)]
         self.lookups = rng.sample(self.keys, min(records, 100_000))
-        self.win_keys = ["key-%05d" % i for i in range(max(records // 100, 1))]
+        self.win_keys = [f"key-{i:05d}" for i in range(max(records // 100, 1))]
         self.win_starts = [i * 10 for i in range(100)]
         self.rows: list[list[object]] = []
 

@@ -17,7 +17,8 @@ import functools
 import json
 import pickle
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class Serde:

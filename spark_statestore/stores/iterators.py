@@ -23,9 +23,9 @@ _DONE: Iterator[Any] = iter(())
 class StoreIterator(Generic[T]):
     """An iterator of `(key, value)` pairs with `peek_next_key()` and `close()`."""
 
-    __slots__ = ("_source", "_peeked", "_inner", "__weakref__")
+    __slots__ = ("__weakref__", "_inner", "_peeked", "_source")
 
-    def __init__(self, source: Iterator[T], inner: "StoreIterator[Any] | None" = None) -> None:
+    def __init__(self, source: Iterator[T], inner: StoreIterator[Any] | None = None) -> None:
         """`inner`: the store iterator `source` draws from (a `map` over it, say), closed
         with this one; a source that has `close()` is closed itself."""
         self._source = source

@@ -13,7 +13,7 @@ a typed read-only view), and a window store's stream time, parameters and metric
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
 from spark_statestore.serde.values import as_list
