@@ -45,8 +45,8 @@ class Serde:
 
     def encoder(self, name: str = "value", nullable: bool = False) -> Callable[[Any], bytes | None]:
         """`encode` as one callable for a per-record path (errors name `name`); with
-        `nullable`, `None` encodes to `None` (a delete). Built-in serdes give a callable
-        with their common case inlined."""
+        `nullable`, `None` encodes to `None` (a delete). The string and int64 serdes inline
+        their common case and hand the rest to `encode` (same results, same errors)."""
         encode = functools.partial(self.encode, name=name) if self.builtin else self.encode
         if not nullable:
             return encode

@@ -100,7 +100,8 @@ class _Typed:
         self._dk = _decoder(key_serde)
         self._dv = _decoder(value_serde)
         self._dv_or_none = _decoder(value_serde, nullable=True)  # what a read returns
-        # both serdes built in: a bulk write may encode columns first, then check items
+        # built-in serdes: a bulk write may encode pairs without the per-item check first,
+        # and on an error take the checked path (which names the item)
         self._builtin = _builtin(key_serde) and isinstance(value_serde, Serde) and value_serde.builtin
         self._pair, self._timed, self._windowed = _item_decoders(self._dk, self._dv)
 
