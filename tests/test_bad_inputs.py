@@ -172,6 +172,11 @@ def test_a_typed_key_value_put_all_names_the_bad_pair(committed):
         typed.put_all([("a", 5), ("b", "x")])
     with pytest.raises(TypeError, match=r"pairs\[0\] must be a \(key, value\) tuple, got tuple: \('a',\)"):
         typed.put_all([("a",)])
+    # pairs are encoded by columns first: a bad key after a bad value still names the value
+    with pytest.raises(TypeError, match=r"pairs\[1\]: value must be an int, got str: 'x'"):
+        typed.put_all([("a", 5), ("b", "x"), (3, 4)])
+    with pytest.raises(ValueError, match=r"pairs\[2\]: value must fit in a signed 64-bit integer"):
+        typed.put_all([("a", 5), ("b", None), ("c", 2**63)])
     assert list(typed.all()) == [("a", 1)]
     assert _committed(typed.store) == [(b"a", (1).to_bytes(8, "big"))]
 

@@ -88,6 +88,55 @@ def test_serde_errors_name_the_value():
         Serdes.tuple(float)
 
 
+class _LoudStr(str):
+    pass
+
+
+class _ShoutingStrSerde(type(Serdes.string())):  # type: ignore[misc]
+    def encode(self, value, name="value"):
+        return super().encode(value.upper(), name)
+
+
+@pytest.mark.parametrize(
+    "serde, values, stored",
+    [
+        (Serdes.string(), ["", "héllo", _LoudStr("x"), "\ud800", None, 3, b"x"], [b"ok", b"\xff", None, 5]),
+        (Serdes.int64(), [0, -(2**63), 2**63 - 1, 2**63, True, None, 2.0, "1"], [bytes(8), b"\x01" * 7, None, "x"]),
+        (_ShoutingStrSerde(), ["abc", None, 1], [b"abc", b"\xff", None]),
+    ],
+)
+@pytest.mark.parametrize("nullable", [False, True])
+def test_per_record_codecs_do_what_encode_and_decode_do(serde, values, stored, nullable):
+    """`encoder`/`decoder` (the typed stores' per-record path) give encode's and decode's
+    results and errors, `None` passing through only when nullable."""
+
+    def outcome(fn, arg):
+        try:
+            return fn(arg)
+        except (TypeError, ValueError, AttributeError) as e:
+            return type(e), str(e)
+
+    encode = serde.encoder("key", nullable)
+    for value in values:
+        expected = None if (value is None and nullable) else outcome(lambda v: serde.encode(v, "key"), value)
+        assert outcome(encode, value) == expected, value
+    decode = serde.decoder(nullable)
+    for data in stored:
+        expected = None if (data is None and nullable) else outcome(serde.decode, data)
+        assert outcome(decode, data) == expected, data
+
+
+def test_a_typed_iterator_closes_the_store_iterator_it_decodes(kv_store):
+    typed = kv_store.typed(Serdes.string(), Serdes.int64())
+    typed.put_columns(["a", "b", "c"], [1, 2, 3])
+    it = typed.all()
+    assert next(it) == ("a", 1)
+    inner = it._inner
+    it.close()
+    assert list(inner) == [] and list(it) == []
+    assert list(typed.range("b", None)) == [("b", 2), ("c", 3)]
+
+
 def test_typed_key_value_store(kv_store):
     typed = kv_store.typed(Serdes.tuple(str, int), Serdes.json())
     typed.put(("user", 2), {"n": 2})

@@ -13,9 +13,11 @@ role of what it encodes (`name`: "value" or "key"), for error messages.
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any
 
 
@@ -34,15 +36,29 @@ class Serde:
     def encode_many(self, values: Any, name: str = "value") -> list[bytes]:
         """Encode a column (a list, numpy array, pandas Series or Arrow array); the built-in
         serdes do it without a Python call per value where they can."""
-        encode = self.encode
-        if self.builtin:
-            return [encode(v, name) for v in as_list(values)]  # type: ignore[call-arg]
-        return [encode(v) for v in as_list(values)]
+        return list(map(self.encoder(name), as_list(values)))
 
     def decode_many(self, data: list) -> list:
         """Decode a list of stored values (`None` stays `None`)."""
         decode = self.decode
         return [None if d is None else decode(d) for d in data]
+
+    def encoder(self, name: str = "value", nullable: bool = False) -> Callable[[Any], bytes | None]:
+        """`encode` as one callable for a per-record path (errors name `name`); with
+        `nullable`, `None` encodes to `None` (a delete). The string and int64 serdes inline
+        their common case and hand the rest to `encode` (same results, same errors)."""
+        encode = functools.partial(self.encode, name=name) if self.builtin else self.encode
+        if not nullable:
+            return encode
+        return lambda value: None if value is None else encode(value)
+
+    def decoder(self, nullable: bool = False) -> Callable[[Any], Any]:
+        """`decode` as one callable for a per-record path; with `nullable`, `None` decodes
+        to `None` (a missing value)."""
+        decode = self.decode
+        if not nullable:
+            return decode
+        return lambda data: None if data is None else decode(data)
 
     @property
     def identity(self) -> str:
@@ -157,6 +173,40 @@ class StrSerde(Serde):
         except UnicodeDecodeError as e:
             raise malformed(self, data, e) from None
 
+    def encoder(self, name: str = "value", nullable: bool = False) -> Callable[[Any], bytes | None]:
+        if type(self).encode is not StrSerde.encode:
+            return super().encoder(name, nullable)
+        encode = self.encode
+
+        def encode_str(value: Any) -> bytes | None:
+            if type(value) is str:
+                try:
+                    return value.encode("utf-8")
+                except UnicodeEncodeError:
+                    pass
+            elif value is None and nullable:
+                return None
+            return encode(value, name)  # the error, or a str subclass
+
+        return encode_str
+
+    def decoder(self, nullable: bool = False) -> Callable[[Any], Any]:
+        if type(self).decode is not StrSerde.decode:
+            return super().decoder(nullable)
+        decode = self.decode
+
+        def decode_str(data: Any) -> Any:
+            if type(data) is bytes:
+                try:
+                    return data.decode("utf-8")
+                except UnicodeDecodeError:
+                    pass
+            elif data is None and nullable:
+                return None
+            return decode(data)  # the error, or another buffer type
+
+        return decode_str
+
 
 def malformed(serde: Serde, data: bytes, problem: object) -> ValueError:
     """The error for stored bytes that `serde` did not write: names the serde and the bytes."""
@@ -201,6 +251,38 @@ class IntSerde(Serde):
         import numpy as np
 
         return np.frombuffer(b"".join(data), ">i8").tolist()
+
+    def encoder(self, name: str = "value", nullable: bool = False) -> Callable[[Any], bytes | None]:
+        if type(self).encode is not IntSerde.encode:
+            return super().encoder(name, nullable)
+        encode = self.encode
+
+        def encode_int(value: Any) -> bytes | None:
+            if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
+                return value.to_bytes(8, "big", signed=True)
+            if value is None and nullable:
+                return None
+            return encode(value, name)  # the error, or an int subclass
+
+        return encode_int
+
+    def decoder(self, nullable: bool = False) -> Callable[[Any], Any]:
+        if type(self).decode is not IntSerde.decode:
+            return super().decoder(nullable)
+        decode = self.decode
+        from_bytes = int.from_bytes
+
+        def decode_int(data: Any) -> Any:
+            if type(data) is bytes and len(data) == 8:
+                return from_bytes(data, "big", signed=True)
+            if data is None and nullable:
+                return None
+            return decode(data)  # the error, or another buffer type
+
+        return decode_int
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 _DOUBLE = struct.Struct(">d")

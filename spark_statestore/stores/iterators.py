@@ -23,11 +23,14 @@ _DONE: Iterator[Any] = iter(())
 class StoreIterator(Generic[T]):
     """An iterator of `(key, value)` pairs with `peek_next_key()` and `close()`."""
 
-    __slots__ = ("_source", "_peeked", "__weakref__")
+    __slots__ = ("__weakref__", "_inner", "_peeked", "_source")
 
-    def __init__(self, source: Iterator[T]) -> None:
+    def __init__(self, source: Iterator[T], inner: StoreIterator[Any] | None = None) -> None:
+        """`inner`: the store iterator `source` draws from (a `map` over it, say), closed
+        with this one; a source that has `close()` is closed itself."""
         self._source = source
         self._peeked: Any = _EMPTY
+        self._inner = inner
 
     def __iter__(self) -> Iterator[T]:
         if self._peeked is _EMPTY:
@@ -63,6 +66,8 @@ class StoreIterator(Generic[T]):
         close = getattr(source, "close", None)
         if close is not None:
             close()
+        if self._inner is not None:
+            self._inner.close()
 
     def __enter__(self) -> "StoreIterator[T]":
         return self

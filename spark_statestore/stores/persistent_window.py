@@ -189,7 +189,8 @@ class RocksDBWindowStore(WindowStore):
     def _skip_range(
         self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
     ) -> Iterator[tuple[Windowed, bytes]]:
-        """Forward over windows; in each, one scan of the key range (one seek per window)."""
+        """Forward over windows; in each, one scan of the key range (a seek finds the next
+        window start that exists, wherever in that window it lands, then the scan)."""
         ks = self._ks
         end = ws_bytes(hi + 1)
         low = b"" if key_from is None else self._key_part(key_from)
@@ -200,9 +201,6 @@ class RocksDBWindowStore(WindowStore):
             if found is None:
                 return
             w = start_of(found[0])
-            if w > t and found[0][8:] < low:
-                t = w
-                continue
             upper = ws_bytes(w + 1) if high is None else ws_bytes(w) + high
             yield from self._windowed(ks.scan(ws_bytes(w) + low, upper))
             t = w + 1

@@ -13,8 +13,7 @@ a typed read-only view), and a window store's stream time, parameters and metric
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
 from spark_statestore.serde.values import as_list
@@ -24,21 +23,22 @@ from spark_statestore.stores.windowed import Windowed
 from spark_statestore.validation import check_items
 
 
-def _decoded(source: StoreIterator, decode_item) -> StoreIterator:
-    def walk() -> Iterator[Any]:
-        try:
-            for item in source:
-                yield decode_item(item)
-        finally:
-            source.close()
+def _decoded(source: StoreIterator, decode_item: Callable[[Any], Any]) -> StoreIterator:
+    """`source`'s items decoded; a `for` loop runs the store's generator through a `map`,
+    with no Python frame of this layer per item."""
+    return StoreIterator(map(decode_item, source), inner=source)
 
-    return StoreIterator(walk())
+
+def _builtin(serde: Any) -> bool:
+    """A built-in serde other than JSON and pickle: no user code runs in it, and it
+    refuses `None` itself with the API's message."""
+    return isinstance(serde, Serde) and serde.builtin and not isinstance(serde, (JsonSerde, PickleSerde))
 
 
 def _key_encoder(serde: Serde) -> Callable[[Any], bytes]:
     """Encode keys, with errors that say "key" (and `None` refused, as API.md says)."""
-    if isinstance(serde, Serde) and serde.builtin and not isinstance(serde, (JsonSerde, PickleSerde)):
-        return functools.partial(serde.encode, name="key")  # refuses None itself
+    if _builtin(serde):
+        return serde.encoder("key")  # type: ignore[return-value]
     encode = serde.encode
 
     def encode_key(key: Any) -> bytes:
@@ -47,6 +47,44 @@ def _key_encoder(serde: Serde) -> Callable[[Any], bytes]:
         return encode(key)
 
     return encode_key
+
+
+def _value_encoder(serde: Any) -> Callable[[Any], bytes | None]:
+    """Encode values; `None` stays `None` (a delete)."""
+    if isinstance(serde, Serde):
+        return serde.encoder("value", nullable=True)
+    encode = serde.encode
+    return lambda value: None if value is None else encode(value)
+
+
+def _decoder(serde: Any, nullable: bool = False) -> Callable[[Any], Any]:
+    if isinstance(serde, Serde):
+        return serde.decoder(nullable)
+    decode = serde.decode
+    return (lambda data: None if data is None else decode(data)) if nullable else decode
+
+
+def _item_decoders(dk: Callable[[bytes], Any], dv: Callable[[bytes], Any]) -> tuple[Callable, ...]:
+    """Decoders of what the stores' iterators yield: `(key, value)` pairs, `(window start,
+    value)` pairs and `(Windowed, value)` pairs (one Python call per item, plus the serdes')."""
+    new = tuple.__new__
+
+    def pair(item: tuple[bytes, bytes]) -> tuple[Any, Any]:
+        return dk(item[0]), dv(item[1])
+
+    def timed(item: tuple[int, bytes]) -> tuple[int, Any]:
+        return item[0], dv(item[1])
+
+    def windowed(item: tuple[Windowed, bytes]) -> tuple[Windowed, Any]:
+        inner = item[0]
+        return new(Windowed, (dk(inner[0]), inner[1])), dv(item[1])
+
+    return pair, timed, windowed
+
+
+def _pairs_of(pairs: Any) -> bool:
+    """Whether `pairs` is a list of 2-tuples (checked at C level, no Python call per item)."""
+    return type(pairs) is list and set(map(type, pairs)) <= {tuple} and set(map(len, pairs)) <= {2}
 
 
 class _Typed:
@@ -58,41 +96,37 @@ class _Typed:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self._ek = _key_encoder(key_serde)
-        self._dk = key_serde.decode
-        self._ev = value_serde.encode
-        self._dv = value_serde.decode
-
-    def _encode_value(self, value: Any) -> bytes | None:
-        return None if value is None else self._ev(value)
+        self._ev = _value_encoder(value_serde)  # None -> None: a delete
+        self._dk = _decoder(key_serde)
+        self._dv = _decoder(value_serde)
+        self._dv_or_none = _decoder(value_serde, nullable=True)  # what a read returns
+        # built-in serdes: a bulk write may encode pairs without the per-item check first,
+        # and on an error take the checked path (which names the item)
+        self._builtin = _builtin(key_serde) and isinstance(value_serde, Serde) and value_serde.builtin
+        self._pair, self._timed, self._windowed = _item_decoders(self._dk, self._dv)
 
     def _encode_keys(self, keys: Any) -> list[bytes]:
         """A column of keys, encoded (without a Python call per key where the serde can)."""
         serde = self.key_serde
-        if isinstance(serde, Serde) and serde.builtin and not isinstance(serde, (JsonSerde, PickleSerde)):
+        if _builtin(serde):
             return serde.encode_many(keys, "key")
-        encode = self._ek
-        return [encode(k) for k in as_list(keys)]
+        return list(map(self._ek, as_list(keys)))
 
     def _encode_values(self, values: Any) -> list[bytes | None]:
         """A column of values, encoded (`None` deletes)."""
         values = values if isinstance(values, list) else as_list(values)
         if None in values:
-            encode = self._encode_value
-            return [encode(v) for v in values]
+            return list(map(self._ev, values))
         serde = self.value_serde
         if isinstance(serde, Serde):
             return serde.encode_many(values)
-        return [self._ev(v) for v in values]
+        return list(map(self._ev, values))
 
     def _decode_values(self, raw: list[bytes | None]) -> list[Any]:
         serde = self.value_serde
         if isinstance(serde, Serde):
             return serde.decode_many(raw)
-        dv = self._dv
-        return [None if v is None else dv(v) for v in raw]
-
-    def _decode_value(self, raw: bytes | None) -> Any:
-        return None if raw is None else self._dv(raw)
+        return list(map(self._dv_or_none, raw))
 
     def _bound(self, key: Any) -> bytes | None:
         return None if key is None else self._ek(key)
@@ -153,20 +187,28 @@ class TypedKeyValueStore(_Typed):
     """A `KeyValueStore` over typed keys and values."""
 
     def put(self, key: Any, value: Any) -> None:
-        self.store.put(self._ek(key), self._encode_value(value))
+        self.store.put(self._ek(key), self._ev(value))
 
     def get(self, key: Any) -> Any:
-        return self._decode_value(self.store.get(self._ek(key)))
+        return self._dv_or_none(self.store.get(self._ek(key)))
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
-        return self._decode_value(self.store.put_if_absent(self._ek(key), self._encode_value(value)))
+        return self._dv_or_none(self.store.put_if_absent(self._ek(key), self._ev(value)))
 
     def put_all(self, pairs: Iterable[tuple[Any, Any]]) -> None:
         """Put every `(key, value)` pair; every one is encoded before any is written."""
-        self.store.put_all(check_items(pairs, "pairs", ("key", "value"), self._encode_pair))
+        encoded = None
+        if self._builtin and _pairs_of(pairs):
+            try:  # by columns; on any error the checked path below names the item
+                encoded = list(zip(map(self._ek, [p[0] for p in pairs]), map(self._ev, [p[1] for p in pairs])))
+            except (TypeError, ValueError):
+                pass
+        if encoded is None:
+            encoded = check_items(pairs, "pairs", ("key", "value"), self._encode_pair)
+        self.store.put_all(encoded)
 
     def _encode_pair(self, key: Any, value: Any) -> tuple[bytes, bytes | None]:
-        return self._ek(key), self._encode_value(value)
+        return self._ek(key), self._ev(value)
 
     def get_all(self, keys: Any) -> list[Any]:
         """The values of many keys (a list, numpy array, pandas Series or Arrow array)."""
@@ -182,10 +224,7 @@ class TypedKeyValueStore(_Typed):
         self.store.put_all(list(zip(encoded_keys, encoded_values)))
 
     def delete(self, key: Any) -> Any:
-        return self._decode_value(self.store.delete(self._ek(key)))
-
-    def _pair(self, item: tuple[bytes, bytes]) -> tuple[Any, Any]:
-        return self._dk(item[0]), self._dv(item[1])
+        return self._dv_or_none(self.store.delete(self._ek(key)))
 
     def range(self, key_from: Any, key_to: Any) -> StoreIterator:
         return _decoded(self.store.range(self._bound(key_from), self._bound(key_to)), self._pair)
@@ -253,10 +292,10 @@ class TypedWindowStore(_Typed):
         return self.store.metrics
 
     def put(self, key: Any, value: Any, window_start: int) -> None:
-        self.store.put(self._ek(key), self._encode_value(value), window_start)
+        self.store.put(self._ek(key), self._ev(value), window_start)
 
     def get(self, key: Any, window_start: int) -> Any:
-        return self._decode_value(self.store.get(self._ek(key), window_start))
+        return self._dv_or_none(self.store.get(self._ek(key), window_start))
 
     def put_all(self, records: Iterable[tuple[Any, Any, int]]) -> None:
         """Put every `(key, value, window_start)` record; every one is encoded (and then
@@ -265,7 +304,7 @@ class TypedWindowStore(_Typed):
         self.store.put_all(check_items(records, "records", fields, self._encode_record))
 
     def _encode_record(self, key: Any, value: Any, window_start: int) -> tuple[bytes, bytes | None, int]:
-        return self._ek(key), self._encode_value(value), window_start
+        return self._ek(key), self._ev(value), window_start
 
     def get_all(self, keys: Any, window_starts: Any) -> list[Any]:
         """The values of many (key, window start) pairs, given as two columns."""
@@ -282,13 +321,6 @@ class TypedWindowStore(_Typed):
                 f"{len(encoded_values)} and {len(starts)}"
             )
         self.store.put_all(list(zip(encoded_keys, encoded_values, starts)))
-
-    def _timed(self, item: tuple[int, bytes]) -> tuple[int, Any]:
-        return item[0], self._dv(item[1])
-
-    def _windowed(self, item: tuple[Windowed, bytes]) -> tuple[Windowed, Any]:
-        windowed, raw = item
-        return Windowed(self._dk(windowed.key), windowed.window), self._dv(raw)
 
     def fetch(self, key: Any, time_from: int, time_to: int) -> StoreIterator:
         return _decoded(self.store.fetch(self._ek(key), time_from, time_to), self._timed)

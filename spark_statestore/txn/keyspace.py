@@ -93,11 +93,12 @@ class TransactionalKeySpace:
             self._account(-len(old))
 
     def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        put, delete = self.put, self.delete
         for key, value in pairs:
             if value is None:
-                self.delete(key)
+                delete(key)
             else:
-                self.put(key, value)
+                put(key, value)
 
     def delete_range(self, lo: bytes, hi: bytes) -> None:
         """Delete every key in [lo, hi): pending ones now, committed ones at commit."""
