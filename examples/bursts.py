@@ -97,6 +97,15 @@ class Feeder(threading.Thread):
             self.stop.wait(max(0.0, 1.0 - (time.time() - second)))
 
 
+def _rows_per_batch_second(progress: list, full: int) -> float:
+    """Rows processed per second of batch time, over the batches of at least `full` rows (a
+    whole interval's input: the first batches take what the start's phase gave them): the
+    query's capacity, which a steady stream below it does not show in rows per wall second."""
+    busy = [p for p in progress if p["numInputRows"] >= full]
+    seconds = sum(p["durationMs"].get("triggerExecution", 0) for p in busy) / 1000
+    return sum(p["numInputRows"] for p in busy) / seconds if seconds else 0.0
+
+
 def first_batch_with(query: Any, since_ms: float) -> int:
     """The first batch that started after `since_ms` (it takes the first burst rows)."""
     started = [p["batchId"] for p in query.recentProgress if pd.Timestamp(p["timestamp"]).value // 1_000_000 > since_ms]
@@ -159,6 +168,7 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admiss
     recent = recent[recent["query_id"] == str(query.id)]  # early_triggers and reasons: the driver's batch files
     burst_ms = (feeder.burst[0] * 1000, feeder.burst[1] * 1000)
     in_burst = [end - arrived for arrived, end in latencies if burst_ms[0] <= arrived < burst_ms[1]]
+    every = [end - arrived for arrived, end in latencies]
     batches_with_burst = {p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0}
     peaks = tasks.groupby("batch_id")["uncommitted_bytes_peak"].max()
     limit = args.uncommitted_limit
@@ -175,6 +185,9 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admiss
         "burst_batch_s": float(np.mean([p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress
                                         if p["batchId"] >= first_batch_with(query, burst_ms[0]) and p["numInputRows"]]
                                        or [0])) / 1000,
+        "rows_per_batch_s": _rows_per_batch_second(query.recentProgress, args.trigger * args.rate),
+        "all_p50": float(np.percentile(every, 50)) / 1000 if every else float("nan"),
+        "all_p99": float(np.percentile(every, 99)) / 1000 if every else float("nan"),
         "p50": float(np.percentile(in_burst, 50)) / 1000 if in_burst else float("nan"),
         "p99": float(np.percentile(in_burst, 99)) / 1000 if in_burst else float("nan"),
         "rows": len(latencies),

@@ -139,15 +139,17 @@ def test_wakeable_clock_remembers_a_wake_and_keeps_its_schedule(session):
     from spark_statestore.spark.driver.jvm import _facade
 
     facade, _ = _facade(session, load=False)
-    clock = facade.newClock()
+    latest = session.sparkContext._jvm.java.util.concurrent.atomic.AtomicReference(0)  # the query's latest batch
+    clock = facade.newClock(latest)
     far = clock.getTimeMillis() + 30_000  # without the remembered wake: 30 s, then a failure
     clock.wake()  # no wait in progress (a batch is running): remembered
     assert clock.isWakePending()
     assert clock.waitTillTime(far) < far  # the next wait ends at once
     assert not clock.isWakePending() and clock.earlyReturns() == 1
+    latest.set(1)  # the woken trigger ran a batch: the wake is used up
     target = clock.getTimeMillis() + 300
-    assert clock.waitTillTime(target) >= target  # the wake was used up: this wait runs to its target
-    assert clock.earlyReturns() == 1
+    assert clock.waitTillTime(target) >= target  # this wait runs to its target
+    assert (clock.earlyReturns(), clock.polls()) == (1, 0)
 
     returned = []
     waiter = threading.Thread(target=lambda: returned.append(clock.waitTillTime(clock.getTimeMillis() + 30_000)))
@@ -156,6 +158,36 @@ def test_wakeable_clock_remembers_a_wake_and_keeps_its_schedule(session):
     clock.wake()  # during the wait, or before it (then remembered): either way it ends
     waiter.join(60)
     assert not waiter.is_alive() and clock.earlyReturns() == 2
+
+
+def test_a_woken_trigger_that_ran_no_batch_looks_again_soon(session):
+    """The input a wake was for was not there yet: the next waits end after 0.1 s, doubling,
+    until a batch runs (then the plain schedule), or after the last poll (3.2 s)."""
+    from spark_statestore.spark.driver.jvm import _facade
+
+    facade, _ = _facade(session, load=False)
+    latest = session.sparkContext._jvm.java.util.concurrent.atomic.AtomicReference(0)
+    clock = facade.newClock(latest)
+    far = clock.getTimeMillis() + 60_000  # a clock that does not poll fails after a minute
+    clock.wake()
+    assert clock.waitTillTime(far) < far and clock.earlyReturns() == 1
+    # no batch ran: the next waits are polls, each at least as long as the one before
+    lengths = []
+    for n in range(1, 3):
+        begun = clock.getTimeMillis()
+        assert clock.waitTillTime(far) < far and clock.polls() == n
+        lengths.append(clock.getTimeMillis() - begun)
+    assert lengths[0] >= 100 and lengths[1] >= 200, lengths
+    latest.set(1)  # a batch ran: the plain schedule again
+    target = clock.getTimeMillis() + 300
+    assert clock.waitTillTime(target) >= target and clock.polls() == 2
+    # a wake whose trigger never finds input polls six times (0.1 s to 3.2 s), then waits out its target
+    clock.wake()
+    assert clock.waitTillTime(far) < far and clock.earlyReturns() == 2
+    for n in range(3, 9):
+        assert clock.waitTillTime(far) < far and clock.polls() == n
+    target = clock.getTimeMillis() + 300
+    assert clock.waitTillTime(target) >= target and clock.polls() == 8
 
 
 @pytest.mark.spark

@@ -51,7 +51,8 @@ class QueryTrigger:
     `kind` is `processingTime`, `once`, `availableNow`, `continuous`, `realTime` or
     `unknown`; `wakeable` is true when a wakeable clock is installed (a processing-time
     interval above 0), else `reason` says why not. `early_wakes` counts the waits between
-    batches that a wake cut short; `wake_pending`: a wake waits for the next wait."""
+    batches that a wake cut short; `polls` the waits cut short to look again for input after
+    a woken trigger that ran no batch; `wake_pending`: a wake waits for the next wait."""
 
     query_id: str
     run_id: str
@@ -60,6 +61,7 @@ class QueryTrigger:
     wakeable: bool
     reason: str
     early_wakes: int
+    polls: int
     wake_pending: bool
 
 
@@ -189,6 +191,7 @@ def query_trigger(spark: Any, query_id: str) -> QueryTrigger | None:
         wakeable=bool(found.wakeable()),
         reason=found.reason(),
         early_wakes=int(clock.earlyReturns()) if clock is not None else 0,
+        polls=int(clock.polls()) if clock is not None else 0,
         wake_pending=bool(clock.isWakePending()) if clock is not None else False,
     )
 

@@ -106,8 +106,11 @@ public final class EarlyTrigger {
         return values;
     }
 
-    /** A clock of the kind installed into queries (for checking its behaviour directly). */
-    public WakeableClock newClock() {
-        return new WakeableClock();
+    /**
+     * A clock of the kind installed into queries (for checking its behaviour directly), whose
+     * query's latest batch is what {@code latestBatch} holds.
+     */
+    public WakeableClock newClock(java.util.concurrent.atomic.AtomicReference<Object> latestBatch) {
+        return new WakeableClock(latestBatch::get);
     }
 }

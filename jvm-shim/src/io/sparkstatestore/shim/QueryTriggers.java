@@ -4,6 +4,7 @@ import java.lang.reflect.Field;
 import java.lang.reflect.InvocationTargetException;
 import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.Supplier;
 
 /**
  * The registry of running queries by query id, and the installation of a
@@ -102,7 +103,7 @@ final class QueryTriggers {
             return new QueryTrigger(runId, kind, intervalMs, null,
                     "a " + kind + " trigger with interval " + intervalMs + " ms never waits between batches");
         }
-        WakeableClock clock = new WakeableClock();
+        WakeableClock clock = new WakeableClock(latestBatch(execution));
         try {
             Field field = clockField();
             if (!field.getDeclaringClass().isInstance(execution)) {
@@ -114,6 +115,26 @@ final class QueryTriggers {
             return new QueryTrigger(runId, kind, intervalMs, null, "cannot replace the trigger clock: " + cause(e));
         }
         return new QueryTrigger(runId, kind, intervalMs, clock, "");
+    }
+
+    /**
+     * What tells whether the query ran a batch: its latest batch's plan ({@code lastExecution},
+     * a new one per batch run in 4.0 to 4.3); where that cannot be read, a new object each
+     * time (every woken trigger counts as one that ran a batch: the clock never polls).
+     */
+    private static Supplier<Object> latestBatch(Object execution) {
+        try {
+            call(execution, "lastExecution");
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            return Object::new;
+        }
+        return () -> {
+            try {
+                return call(execution, "lastExecution");
+            } catch (ReflectiveOperationException | RuntimeException e) {
+                return new Object();
+            }
+        };
     }
 
     static Object call(Object target, String method) throws ReflectiveOperationException {
