@@ -82,9 +82,13 @@ final class Admission {
      */
     static Admission of(String queryId, Object execution, String setting, Carried previous) {
         String value = setting.trim().toLowerCase(java.util.Locale.ROOT);
-        if (!value.equals("true")) {
-            LOG.info("spark_statestore admission: off for query {}: {}", queryId, value.equals("false")
-                    ? SETTING + "=false" : SETTING + " must be true or false, got '" + setting + "'");
+        if (value.equals("false")) {
+            LOG.info("spark_statestore admission: off for query {}: {}=false", queryId, SETTING);
+            return null;
+        }
+        if (!value.equals("true")) { // a bad value is a user's mistake: shown at the default WARN level
+            LOG.warn("spark_statestore admission: off for query {}: {} must be true or false, got '{}'", queryId,
+                    SETTING, setting);
             return null;
         }
         if (execution == null || !execution.getClass().getSimpleName().contains("MicroBatchExecution")) {
