@@ -134,19 +134,26 @@ def test_shim_is_loaded_into_the_running_session_once(session, spark):
     assert shim_listeners(spark.newSession()) == []
 
 
+def latest_batch(session, batch: int):
+    """A JVM long[1] holding a clock's "latest batch run" (set with `[0] = b`)."""
+    array = session.sparkContext._gateway.new_array(session.sparkContext._jvm.long, 1)
+    array[0] = batch
+    return array
+
+
 @pytest.mark.spark
 def test_wakeable_clock_remembers_a_wake_and_keeps_its_schedule(session):
     from spark_statestore.spark.driver.jvm import _facade
 
     facade, _ = _facade(session, load=False)
-    latest = session.sparkContext._jvm.java.util.concurrent.atomic.AtomicReference(0)  # the query's latest batch
+    latest = latest_batch(session, 0)  # the query's latest batch
     clock = facade.newClock(latest)
     far = clock.getTimeMillis() + 30_000  # without the remembered wake: 30 s, then a failure
     clock.wake()  # no wait in progress (a batch is running): remembered
     assert clock.isWakePending()
     assert clock.waitTillTime(far) < far  # the next wait ends at once
     assert not clock.isWakePending() and clock.earlyReturns() == 1
-    latest.set(1)  # the woken trigger ran a batch: the wake is used up
+    latest[0] = 1  # the woken trigger ran a batch: the wake is used up
     target = clock.getTimeMillis() + 300
     assert clock.waitTillTime(target) >= target  # this wait runs to its target
     assert (clock.earlyReturns(), clock.polls()) == (1, 0)
@@ -166,7 +173,7 @@ def test_a_woken_trigger_that_ran_no_batch_looks_again_soon(session):
     from spark_statestore.spark.driver.jvm import _facade
 
     facade, _ = _facade(session, load=False)
-    latest = session.sparkContext._jvm.java.util.concurrent.atomic.AtomicReference(0)
+    latest = latest_batch(session, 0)
     clock = facade.newClock(latest)
     far = clock.getTimeMillis() + 60_000  # a clock that does not poll fails after a minute
     clock.wake()
@@ -178,7 +185,7 @@ def test_a_woken_trigger_that_ran_no_batch_looks_again_soon(session):
         assert clock.waitTillTime(far) < far and clock.polls() == n
         lengths.append(clock.getTimeMillis() - begun)
     assert lengths[0] >= 100 and lengths[1] >= 200, lengths
-    latest.set(1)  # a batch ran: the plain schedule again
+    latest[0] = 1  # a batch ran: the plain schedule again
     target = clock.getTimeMillis() + 300
     assert clock.waitTillTime(target) >= target and clock.polls() == 2
     # a wake whose trigger never finds input polls six times (0.1 s to 3.2 s), then waits out its target
@@ -188,6 +195,73 @@ def test_a_woken_trigger_that_ran_no_batch_looks_again_soon(session):
         assert clock.waitTillTime(far) < far and clock.polls() == n
     target = clock.getTimeMillis() + 300
     assert clock.waitTillTime(target) >= target and clock.polls() == 8
+
+
+def test_a_wake_for_a_batch_that_ran_already_is_dropped(session):
+    """`wakeAfter(b)` starts batch b + 1; once b + 1 has run, the wake is stale: pending or
+    arriving while the query waits, it ends no wait. A plain wake is never stale."""
+    from spark_statestore.spark.driver.jvm import _facade
+
+    facade, _ = _facade(session, load=False)
+    latest = latest_batch(session, 4)
+    clock = facade.newClock(latest)
+    far = clock.getTimeMillis() + 60_000
+    clock.wakeAfter(4)  # for batch 5, which has not run: it ends the wait
+    assert clock.waitTillTime(far) < far and (clock.earlyReturns(), clock.droppedWakes()) == (1, 0)
+    latest[0] = 5  # batch 5 ran
+    clock.wakeAfter(4)  # the same decision, late (its batch started before it arrived): pending, then dropped
+    assert clock.isWakePending()
+    target = clock.getTimeMillis() + 300
+    assert clock.waitTillTime(target) >= target
+    assert (clock.earlyReturns(), clock.droppedWakes(), clock.isWakePending()) == (1, 1, False)
+
+    returned = []
+    waiter = threading.Thread(target=lambda: returned.append(clock.waitTillTime(clock.getTimeMillis() + 1_000)))
+    waiter.start()
+    wait_until(lambda: waiter.is_alive(), what="the waiting thread started")
+    clock.wakeAfter(3)  # stale while it waits (or before: then dropped at its start)
+    waiter.join(60)
+    assert not waiter.is_alive() and clock.droppedWakes() == 2 and clock.earlyReturns() == 1
+    clock.wakeAfter(3)
+    clock.wakeAfter(5)  # two pending wakes: the later batch's counts
+    assert clock.waitTillTime(far) < far and (clock.earlyReturns(), clock.droppedWakes()) == (2, 2)
+    latest[0] = 9
+    clock.wake()  # whichever batch is next
+    assert clock.waitTillTime(far) < far and (clock.earlyReturns(), clock.droppedWakes()) == (3, 2)
+
+
+@pytest.mark.spark
+def test_a_real_query_drops_a_stale_wake_and_polls_after_an_empty_woken_trigger(session, tmp_path):
+    """The clock reads a real query's latest batch: a wake after batch 0 that arrives while
+    batch 1 runs is dropped (the data waiting for batch 2 stays until a wake for it); a wake
+    whose trigger finds no input makes the query look again soon, and input that lands then
+    runs a batch with no other wake."""
+    from spark_statestore.spark.driver.jvm import query_trigger, wake
+
+    stream = FileStream(tmp_path / "stream")
+    control = tmp_path / "control"
+    control.mkdir()
+    stream.add("a")
+    query = stream.start(session, gate(control, {1}))
+    wait_until(lambda: batches(query) == [0], what="batch 0")
+    stream.add("b")
+    assert wake(session, query.id, after_batch=0)
+    wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
+    stream.add("c")
+    assert wake(session, query.id, after_batch=0)  # late: batch 1 is the batch it was for
+    (control / "release-1").touch()
+    wait_until(lambda: query_trigger(session, query.id).dropped_wakes == 1, what="the stale wake dropped")
+    assert batches(query) == [0, 1] and not query_trigger(session, query.id).wake_pending
+    assert wake(session, query.id, after_batch=1)
+    wait_until(lambda: batches(query) == [0, 1, 2], what="batch 2, woken for")
+
+    assert wake(session, query.id, after_batch=2)  # no input for batch 3 yet
+    wait_until(lambda: query_trigger(session, query.id).polls >= 1, what="a poll after the empty woken trigger")
+    stream.add("d")  # lands while the query polls (six polls over about 6 s)
+    wait_until(lambda: batches(query) == [0, 1, 2, 3], what="batch 3, found by a poll")
+    trigger = query_trigger(session, query.id)
+    assert (trigger.early_wakes, trigger.dropped_wakes) == (3, 1)
+    query.stop()
 
 
 @pytest.mark.spark

@@ -52,7 +52,8 @@ class QueryTrigger:
     `unknown`; `wakeable` is true when a wakeable clock is installed (a processing-time
     interval above 0), else `reason` says why not. `early_wakes` counts the waits between
     batches that a wake cut short; `polls` the waits cut short to look again for input after
-    a woken trigger that ran no batch; `wake_pending`: a wake waits for the next wait."""
+    a woken trigger that ran no batch; `dropped_wakes` the wakes dropped because the batch
+    they were meant to start had run already; `wake_pending`: a wake waits for the next wait."""
 
     query_id: str
     run_id: str
@@ -62,6 +63,7 @@ class QueryTrigger:
     reason: str
     early_wakes: int
     polls: int
+    dropped_wakes: int
     wake_pending: bool
 
 
@@ -168,12 +170,16 @@ def _ask(spark: Any, what: str, call: Any) -> Any:
         return None
 
 
-def wake(spark: Any, query_id: str) -> bool:
+def wake(spark: Any, query_id: str, after_batch: int | None = None) -> bool:
     """Start the query's next batch as soon as possible: end its current wait between
-    batches, or its next wait if a batch is running. False if the query has no wakeable
-    clock (shim not active, query not running or started before activation, a trigger
-    that never waits)."""
-    return bool(_ask(spark, f"wake of query {query_id}", lambda facade: facade.wake(str(query_id))))
+    batches, or its next wait if a batch is running. With `after_batch`, the wake is for the
+    batch after that one only, and is dropped if the query has run that batch by its next
+    wait. False if the query has no wakeable clock (shim not active, query not running or
+    started before activation, a trigger that never waits)."""
+    if after_batch is None:
+        return bool(_ask(spark, f"wake of query {query_id}", lambda facade: facade.wake(str(query_id))))
+    return bool(_ask(spark, f"wake of query {query_id} after batch {after_batch}",
+                     lambda facade: facade.wakeAfter(str(query_id), int(after_batch))))
 
 
 def query_trigger(spark: Any, query_id: str) -> QueryTrigger | None:
@@ -192,6 +198,7 @@ def query_trigger(spark: Any, query_id: str) -> QueryTrigger | None:
         reason=found.reason(),
         early_wakes=int(clock.earlyReturns()) if clock is not None else 0,
         polls=int(clock.polls()) if clock is not None else 0,
+        dropped_wakes=int(clock.droppedWakes()) if clock is not None else 0,
         wake_pending=bool(clock.isWakePending()) if clock is not None else False,
     )
 

@@ -54,11 +54,19 @@ public final class EarlyTrigger {
      * the listener was registered, or a trigger that never waits).
      */
     public boolean wake(String queryId) {
+        return wakeAfter(queryId, Long.MAX_VALUE);
+    }
+
+    /**
+     * As {@link #wake}, for the batch after {@code batchId} only: the wake is dropped if the
+     * query has run that batch by its next wait ({@code Long.MAX_VALUE}: whichever batch is next).
+     */
+    public boolean wakeAfter(String queryId, long batchId) {
         QueryTrigger trigger = QueryTriggers.get(queryId);
         if (trigger == null || !trigger.wakeable()) {
             return false;
         }
-        trigger.clock().wake();
+        trigger.clock().wakeAfter(batchId);
         return true;
     }
 
@@ -108,9 +116,9 @@ public final class EarlyTrigger {
 
     /**
      * A clock of the kind installed into queries (for checking its behaviour directly), whose
-     * query's latest batch is what {@code latestBatch} holds.
+     * query's latest batch id is what {@code latestBatch[0]} holds.
      */
-    public WakeableClock newClock(java.util.concurrent.atomic.AtomicReference<Object> latestBatch) {
-        return new WakeableClock(latestBatch::get);
+    public WakeableClock newClock(long[] latestBatch) {
+        return new WakeableClock(() -> latestBatch[0]);
     }
 }

@@ -144,7 +144,7 @@ final class Governor {
             explainOnce(queryId, trigger);
             return false;
         }
-        trigger.clock().wake();
+        trigger.clock().wakeAfter(batchId);
         Decision decision = new Decision(queryId, batchId, source, partition, size, limit, true);
         decided.put(key, Optional.of(decision));
         LOG.info("spark_statestore early trigger: query {} batch {}: {}; the next batch starts when this one ends",

@@ -4,7 +4,7 @@ import java.lang.reflect.Field;
 import java.lang.reflect.InvocationTargetException;
 import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.function.Supplier;
+import java.util.function.LongSupplier;
 
 /**
  * The registry of running queries by query id, and the installation of a
@@ -118,23 +118,21 @@ final class QueryTriggers {
     }
 
     /**
-     * What tells whether the query ran a batch: its latest batch's plan ({@code lastExecution},
-     * a new one per batch run in 4.0 to 4.3); where that cannot be read, a new object each
-     * time (every woken trigger counts as one that ran a batch: the clock never polls).
+     * The id of the query's latest batch run: that of its latest plan
+     * ({@code lastExecution().currentBatchId()}; in 4.0 to 4.3 a trigger that runs no batch
+     * carries the previous batch's plan over), -1 before the first; where that cannot be read,
+     * {@link WakeableClock#UNKNOWN}.
      */
-    private static Supplier<Object> latestBatch(Object execution) {
-        try {
-            call(execution, "lastExecution");
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            return Object::new;
-        }
-        return () -> {
+    private static LongSupplier latestBatch(Object execution) {
+        LongSupplier latest = () -> {
             try {
-                return call(execution, "lastExecution");
+                Object plan = call(execution, "lastExecution");
+                return plan == null ? -1 : (Long) call(plan, "currentBatchId");
             } catch (ReflectiveOperationException | RuntimeException e) {
-                return new Object();
+                return WakeableClock.UNKNOWN;
             }
         };
+        return latest.getAsLong() == WakeableClock.UNKNOWN ? () -> WakeableClock.UNKNOWN : latest;
     }
 
     static Object call(Object target, String method) throws ReflectiveOperationException {

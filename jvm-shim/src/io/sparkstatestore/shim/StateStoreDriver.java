@@ -248,7 +248,7 @@ public final class StateStoreDriver {
             decision = governor.batchEnded(queryId, batchId, batch, accumulated);
             source.batchEnded(StateStoreSource.label(progress.name(), queryId), batchId, batch, decision);
             if (cutShort) {
-                wake(queryId);
+                wake(queryId, batchId);
             }
         }
         if (run == null) {
@@ -274,11 +274,14 @@ public final class StateStoreDriver {
         }
     }
 
-    /** A batch cut short by an admission limit is followed at once (a wake of its clock). */
-    private static void wake(String queryId) {
+    /**
+     * A batch cut short by an admission limit is followed at once (a wake of its clock for the
+     * batch after it: stale, and dropped, if that batch started already).
+     */
+    private static void wake(String queryId, long batchId) {
         QueryTrigger trigger = QueryTriggers.get(queryId);
         if (trigger != null && trigger.wakeable()) {
-            trigger.clock().wake();
+            trigger.clock().wakeAfter(batchId);
         }
     }
 

@@ -1,7 +1,6 @@
 package io.sparkstatestore.shim;
 
-import java.util.Objects;
-import java.util.function.Supplier;
+import java.util.function.LongSupplier;
 
 import org.apache.spark.util.Clock;
 
@@ -15,34 +14,49 @@ import org.apache.spark.util.Clock;
  * consumes the pending wake, so the schedule of a query that nobody wakes is exactly that of
  * Spark's own {@code SystemClock}.
  *
+ * <p>A wake may be meant for one batch: {@link #wakeAfter wakeAfter(b)} asks for the batch
+ * after batch {@code b} to start now. Once that batch has run, the wake is stale and dropped
+ * (counted in {@link #droppedWakes}): a decision taken at batch {@code b}'s end that reaches the
+ * query only after {@code b + 1} started must not start {@code b + 2} too, before the driver
+ * has decided anything about {@code b + 1} (its admission limit, above all).
+ *
  * <p>A wake is used up by a batch, not by an empty look: when the trigger a wake started ran
  * no batch (the input was not there yet: it arrives between looks), the next waits end after
  * {@value #FIRST_POLL_MS} ms, doubling up to {@value #LAST_POLL_MS} ms, so the query looks
  * again soon instead of waiting out its interval; a batch, the wait's own target time or the
- * last poll ends that. Whether a batch ran comes from {@code latestBatch}: anything that
- * changes when the query runs a batch (the execution's latest batch plan).
+ * last poll ends that.
+ *
+ * <p>Which batch the query ran last comes from {@code latestBatch}, read on the query's thread
+ * at the start of each wait (no batch runs while the query waits); {@link #UNKNOWN} when it
+ * cannot be told: then no wake is ever stale and every woken trigger counts as one that ran a
+ * batch (no polls).
  *
  * <p>Thread-safe: waits run on the query's thread, wakes come from any thread.
  */
 public final class WakeableClock implements Clock {
     static final long FIRST_POLL_MS = 100;
     static final long LAST_POLL_MS = 3_200;
+    /** What {@code latestBatch} returns when the query's latest batch cannot be told. */
+    public static final long UNKNOWN = Long.MIN_VALUE;
+    private static final long ANY = Long.MAX_VALUE; // a wake for whichever batch comes next
     private final Object lock = new Object();
-    private final Supplier<Object> latestBatch;
+    private final LongSupplier latestBatch;
     private boolean wakePending;
-    private Object batchAtWake; // latestBatch when a wake last ended a wait
+    private long wakeAfter;     // the pending wake starts the batch after this one (ANY: the next)
+    private long batchAtWake;   // the latest batch when a wake last ended a wait
     private long pollMs;        // the next poll's delay after an empty woken trigger; 0: none
     private long earlyReturns;
     private long polls;
+    private long dropped;
 
-    /** A clock whose query's batches are told by {@code latestBatch} (see class doc). */
-    public WakeableClock(Supplier<Object> latestBatch) {
+    /** A clock whose query's latest batch id is told by {@code latestBatch} (see class doc). */
+    public WakeableClock(LongSupplier latestBatch) {
         this.latestBatch = latestBatch;
     }
 
-    /** A clock that takes every woken trigger for one that ran a batch (it never polls). */
+    /** A clock that cannot tell its query's batches (no stale wakes, no polls). */
     public WakeableClock() {
-        this(Object::new);
+        this(() -> UNKNOWN);
     }
 
     @Override
@@ -56,24 +70,25 @@ public final class WakeableClock implements Clock {
     }
 
     /**
-     * Blocks until {@code targetTime} (milliseconds since the epoch), a wake, or a poll after
-     * an empty woken trigger, whichever comes first, and returns the current time. An
-     * interrupt (a query's {@code stop()}) ends the wait with {@link InterruptedException},
-     * as {@code SystemClock} does.
+     * Blocks until {@code targetTime} (milliseconds since the epoch), a wake that is not stale,
+     * or a poll after an empty woken trigger, whichever comes first, and returns the current
+     * time. An interrupt (a query's {@code stop()}) ends the wait with
+     * {@link InterruptedException}, as {@code SystemClock} does.
      */
     @Override
     public long waitTillTime(long targetTime) {
-        Object latest = latestBatch.get(); // outside the lock: it reads the query's state
+        long latest = latestBatch.getAsLong(); // outside the lock: it reads the query's state
+        boolean known = latest != UNKNOWN;
         synchronized (lock) {
             long now = getTimeMillis();
             long until = targetTime;
-            if (pollMs > 0 && Objects.equals(latest, batchAtWake)) {
+            if (pollMs > 0 && known && latest == batchAtWake) {
                 until = Math.min(targetTime, now + pollMs);
             } else {
                 pollMs = 0; // a batch ran since the wake (or no wake): the plain schedule
             }
             try {
-                while (!wakePending && now < until) {
+                while (!awake(latest) && now < until) {
                     lock.wait(until - now);
                     now = getTimeMillis();
                 }
@@ -82,7 +97,7 @@ public final class WakeableClock implements Clock {
             }
             if (wakePending && now < targetTime) {
                 earlyReturns++;
-                pollMs = FIRST_POLL_MS;
+                pollMs = known ? FIRST_POLL_MS : 0;
                 batchAtWake = latest;
             } else if (pollMs > 0 && now < targetTime) {
                 polls++;
@@ -95,9 +110,28 @@ public final class WakeableClock implements Clock {
         }
     }
 
+    /** Whether a wake is pending that is not stale; a stale one is dropped. Holds the lock. */
+    private boolean awake(long latest) {
+        if (wakePending && wakeAfter != ANY && latest != UNKNOWN && latest > wakeAfter) {
+            wakePending = false;
+            dropped++;
+        }
+        return wakePending;
+    }
+
     /** Ends the current wait, or the next one if no wait is in progress. */
     public void wake() {
+        wakeAfter(ANY);
+    }
+
+    /**
+     * Starts the batch after {@code batchId} now: ends the current wait, or the next one if
+     * no wait is in progress, unless the query has run that batch by then (the wake is stale).
+     * {@code Long.MAX_VALUE}: whichever batch is next ({@link #wake}).
+     */
+    public void wakeAfter(long batchId) {
         synchronized (lock) {
+            wakeAfter = wakePending ? Math.max(wakeAfter, batchId) : batchId;
             wakePending = true;
             lock.notifyAll();
         }
@@ -121,6 +155,13 @@ public final class WakeableClock implements Clock {
     public long polls() {
         synchronized (lock) {
             return polls;
+        }
+    }
+
+    /** How many wakes were dropped because the batch they were meant to start had run. */
+    public long droppedWakes() {
+        synchronized (lock) {
+            return dropped;
         }
     }
 }
