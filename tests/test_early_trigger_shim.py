@@ -197,6 +197,24 @@ def test_a_woken_trigger_that_ran_no_batch_looks_again_soon(session):
     assert clock.waitTillTime(target) >= target and clock.polls() == 8
 
 
+def batch_1_running(session, tmp_path):
+    """A query that ran batch 0 over `a`, woken for batch 1 over `b`, which it holds running
+    (until `release-1` in the control directory); `c` waits for batch 2."""
+    from spark_statestore.spark.driver.jvm import wake
+
+    stream = FileStream(tmp_path / "stream")
+    control = tmp_path / "control"
+    control.mkdir()
+    stream.add("a")
+    query = stream.start(session, gate(control, {1}))
+    wait_until(lambda: batches(query) == [0], what="batch 0")
+    stream.add("b")
+    assert wake(session, query.id)
+    wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
+    stream.add("c")
+    return stream, control, query
+
+
 def test_a_wake_for_a_batch_that_ran_already_is_dropped(session):
     """`wakeAfter(b)` starts batch b + 1; once b + 1 has run, the wake is stale: pending or
     arriving while the query waits, it ends no wait. A plain wake is never stale."""
@@ -238,16 +256,7 @@ def test_a_real_query_drops_a_stale_wake_and_polls_after_an_empty_woken_trigger(
     runs a batch with no other wake."""
     from spark_statestore.spark.driver.jvm import query_trigger, wake
 
-    stream = FileStream(tmp_path / "stream")
-    control = tmp_path / "control"
-    control.mkdir()
-    stream.add("a")
-    query = stream.start(session, gate(control, {1}))
-    wait_until(lambda: batches(query) == [0], what="batch 0")
-    stream.add("b")
-    assert wake(session, query.id, after_batch=0)
-    wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
-    stream.add("c")
+    stream, control, query = batch_1_running(session, tmp_path)
     assert wake(session, query.id, after_batch=0)  # late: batch 1 is the batch it was for
     (control / "release-1").touch()
     wait_until(lambda: query_trigger(session, query.id).dropped_wakes == 1, what="the stale wake dropped")
@@ -292,16 +301,7 @@ def test_only_the_woken_query_runs_its_next_batch(session, tmp_path):
 def test_a_wake_during_a_batch_starts_the_next_batch_when_it_ends(session, tmp_path):
     from spark_statestore.spark.driver.jvm import wake
 
-    stream = FileStream(tmp_path / "stream")
-    control = tmp_path / "control"
-    control.mkdir()
-    stream.add("a")
-    query = stream.start(session, gate(control, {1}))
-    wait_until(lambda: batches(query) == [0], what="batch 0")
-    stream.add("b")
-    assert wake(session, query.id)
-    wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
-    stream.add("c")
+    stream, control, query = batch_1_running(session, tmp_path)
     assert wake(session, query.id)  # while batch 1 runs: remembered for the wait after it
     (control / "release-1").touch()
     wait_until(lambda: batches(query) == [0, 1, 2], what="batch 2 right after batch 1")
