@@ -241,6 +241,30 @@ def test_a_restart_in_the_middle_of_a_limited_run_loses_and_duplicates_nothing(s
     assert result(session, burst) == reference(session, burst)
 
 
+@pytest.mark.versioned  # the clock's hook before the first trigger, on each minor
+@pytest.mark.spark
+def test_a_burst_that_lands_while_the_query_is_stopped_starts_under_the_last_limit(session, tmp_path):
+    """Restarted at once after a stop (the driver may not have heard the first run end yet),
+    with a burst that landed meanwhile and no batch left planned: the new run's first batch is
+    bounded by the limit the first run ended with, and the rest drains back to back."""
+    burst = Burst(tmp_path)
+    burst.add(1)
+    query = burst.start(session)
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
+    limit = burst.facts(0).admission[0].limit
+    assert 1 <= limit < 24
+    query.stop()
+    burst.add(24)
+    query = burst.start(session)
+    last = burst.drained(query, 24 * ROWS, "the burst drained by the restarted run")
+    facts = [burst.facts(b) for b in range(0, last + 1)]
+    assert facts[1].admission[0].admitted <= limit, summary(facts)
+    assert facts[1].admission[0].cut_short, summary(facts)
+    within_limits(facts)
+    query.stop()
+    assert result(session, burst) == reference(session, burst)
+
+
 @pytest.mark.spark
 def test_a_crossing_batch_tightens_the_limit_and_it_comes_back_up(session, tmp_path):
     """A burst of files that each write three times the state of batch 0's: its first batch

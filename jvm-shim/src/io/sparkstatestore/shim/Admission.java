@@ -28,9 +28,10 @@ import org.slf4j.LoggerFactory;
  * all that waits (a steady stream is not cut); a batch that admitted its whole limit was cut
  * short, and the query is woken so the rest follows at once. Only how input is cut into batches
  * changes, never the input or its order. A new run of the query (a restart) goes on from the
- * previous run's estimate: its first batch may re-run one the previous run planned under a
- * limit, and that limit tells whether it was cut short. Runs on the listener bus, one batch at
- * a time.
+ * previous run's estimate: its limits are in force before it plans its first batch
+ * ({@link #applyInherited}); a first batch that re-runs one the previous run planned takes the
+ * offsets planned then, and the limit tells whether it was cut short. Runs on the listener bus, one batch at
+ * a time (and once on the query's thread before its first batch).
  */
 final class Admission {
     static final String SETTING = "spark.statestore.earlyTrigger.admission";
@@ -70,7 +71,7 @@ final class Admission {
     }
 
     /** This run's estimate, for the next run of the query. */
-    Carried carried() {
+    synchronized Carried carried() {
         Map<String, Long> limits = new HashMap<>();
         sources.forEach((stream, source) -> limits.put(stream.toString(), source.limit));
         return new Carried(headroom, limits);
@@ -110,27 +111,12 @@ final class Admission {
      * A batch ended; {@code top} is its largest task report (null: none). Sets the next
      * batch's limits and returns what it decided, one entry per limited source.
      */
-    List<LimitChange> batchEnded(StreamingQueryProgress progress, Signal top) {
-        Map<SparkDataStream, ReadLimit> limits;
-        try {
-            limits = ReadLimits.of(execution);
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            explainOnce("limits", "its per-source read limits cannot be read: " + QueryTriggers.cause(e));
+    synchronized List<LimitChange> batchEnded(StreamingQueryProgress progress, Signal top) {
+        Map<SparkDataStream, ReadLimit> limits = limits();
+        if (limits == null) {
             return List.of();
         }
-        for (Map.Entry<SparkDataStream, ReadLimit> e : limits.entrySet()) {
-            String unit = ReadLimits.unit(e.getKey());
-            if (unit == null) {
-                explainOnce(e.getKey().toString(), "source " + e.getKey() + " (" + e.getKey().getClass().getName()
-                        + ") has no admission control spark_statestore can use; its batches take what its own limit says");
-            } else {
-                sources.computeIfAbsent(e.getKey(), k -> {
-                    Source source = new Source(unit, e.getValue());
-                    source.limit = inherited.getOrDefault(k.toString(), -1L);
-                    return source;
-                });
-            }
-        }
+        discover(limits);
         if (top == null || top.limit() < 0 || sources.isEmpty()) {
             return List.of();
         }
@@ -144,6 +130,72 @@ final class Admission {
             }
         }
         return changes;
+    }
+
+    /**
+     * Before the run plans its first batch (on the query's thread, once its sources are made):
+     * puts the previous run's limits in force, so that after a restart the first new batch is
+     * bounded like the batches before the restart, not only the batches after it. Returns
+     * whether that is done (false: the sources are not made yet; ask again).
+     */
+    synchronized boolean applyInherited() {
+        if (inherited.isEmpty()) {
+            return true;
+        }
+        Map<SparkDataStream, ReadLimit> limits = limits();
+        if (limits == null) {
+            return true;
+        }
+        if (limits.isEmpty()) {
+            return false;
+        }
+        discover(limits);
+        for (Map.Entry<SparkDataStream, Source> e : sources.entrySet()) {
+            Source source = e.getValue();
+            if (source.limit <= 0) {
+                continue; // none inherited, or the user's own limit was the tighter
+            }
+            try {
+                ReadLimit next = ReadLimits.bounded(e.getKey(), source.unit, source.limit, source.user);
+                if (next == null) {
+                    continue; // the source cannot take a bound beside the user's (said at its first batch end)
+                }
+                ReadLimits.set(execution, e.getKey(), next);
+                LOG.info("spark_statestore admission: query {}: the run starts with the previous run's limit of {} {}"
+                        + " for {}", queryId, source.limit, source.unit, e.getKey());
+            } catch (ReflectiveOperationException | RuntimeException ex) {
+                explainOnce(e.getKey() + "/set", "cannot set the read limit of " + e.getKey() + ": "
+                        + QueryTriggers.cause(ex));
+            }
+        }
+        return true;
+    }
+
+    /** The query's read limits by source, or null (explained once) when they cannot be read. */
+    private Map<SparkDataStream, ReadLimit> limits() {
+        try {
+            return ReadLimits.of(execution);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            explainOnce("limits", "its per-source read limits cannot be read: " + QueryTriggers.cause(e));
+            return null;
+        }
+    }
+
+    /** Keeps each limited source of {@code limits} seen for the first time (its limit: the inherited one). */
+    private void discover(Map<SparkDataStream, ReadLimit> limits) {
+        for (Map.Entry<SparkDataStream, ReadLimit> e : limits.entrySet()) {
+            String unit = ReadLimits.unit(e.getKey());
+            if (unit == null) {
+                explainOnce(e.getKey().toString(), "source " + e.getKey() + " (" + e.getKey().getClass().getName()
+                        + ") has no admission control spark_statestore can use; its batches take what its own limit says");
+            } else {
+                sources.computeIfAbsent(e.getKey(), k -> {
+                    Source source = new Source(unit, e.getValue());
+                    source.limit = inherited.getOrDefault(k.toString(), -1L);
+                    return source;
+                });
+            }
+        }
     }
 
     private LimitChange decide(SparkDataStream stream, Source source, StreamingQueryProgress progress, Signal top,

@@ -201,8 +201,22 @@ public final class StateStoreDriver {
             }
         }
         Admission admitted = governor == null ? null
-                : Admission.of(queryId, execution, admission, carried.remove(queryId));
+                : Admission.of(queryId, execution, admission, previousEstimate(queryId));
+        QueryTrigger trigger = QueryTriggers.get(queryId);
+        if (admitted != null && trigger != null && trigger.wakeable() && trigger.runId().equals(runId)) {
+            trigger.clock().beforeFirstTrigger(admitted::applyInherited);
+        }
         runs.put(queryId, new Run(runId, files, admitted));
+    }
+
+    /**
+     * The admission estimate the query's previous run left: kept when that run ended, or still
+     * in that run when the listener bus has not told its end yet (a restart right after a stop).
+     */
+    private Admission.Carried previousEstimate(String queryId) {
+        Admission.Carried kept = carried.remove(queryId);
+        Run previous = runs.get(queryId);
+        return kept != null || previous == null || previous.admission == null ? kept : previous.admission.carried();
     }
 
     void runEnded(String queryId, String runId) {

@@ -1,5 +1,6 @@
 package io.sparkstatestore.shim;
 
+import java.util.function.BooleanSupplier;
 import java.util.function.LongSupplier;
 
 import org.apache.spark.util.Clock;
@@ -41,6 +42,7 @@ public final class WakeableClock implements Clock {
     private static final long ANY = Long.MAX_VALUE; // a wake for whichever batch comes next
     private final Object lock = new Object();
     private final LongSupplier latestBatch;
+    private volatile BooleanSupplier beforeFirstTrigger;
     private boolean wakePending;
     private long wakeAfter;     // the pending wake starts the batch after this one (ANY: the next)
     private long batchAtWake;   // the latest batch when a wake last ended a wait
@@ -59,8 +61,21 @@ public final class WakeableClock implements Clock {
         this(() -> UNKNOWN);
     }
 
+    /**
+     * Runs {@code hook} on the query's thread before the query plans its first batch: Spark's
+     * trigger executor reads the clock's time at the start of every trigger, after the query's
+     * sources are made. Asked again at each reading until it returns true (done).
+     */
+    public void beforeFirstTrigger(BooleanSupplier hook) {
+        beforeFirstTrigger = hook;
+    }
+
     @Override
     public long getTimeMillis() {
+        BooleanSupplier hook = beforeFirstTrigger;
+        if (hook != null && hook.getAsBoolean()) {
+            beforeFirstTrigger = null;
+        }
         return System.currentTimeMillis();
     }
 
