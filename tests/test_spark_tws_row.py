@@ -21,7 +21,13 @@ import spark_jobs
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StoreProcessor, compat
 
-pytestmark = [pytest.mark.spark, pytest.mark.versioned]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.versioned,
+    pytest.mark.skipif(
+        not compat.FACTS.row_transform_with_state, reason=f"pyspark {compat.VERSION} has no Row-based transformWithState"
+    ),
+]
 windowed_counts = spark_jobs.windowed_counts
 OUTPUT = "key string, batch long, total long"
 
@@ -40,8 +46,6 @@ class RowTotals(StoreProcessor):
 
 @pytest.fixture
 def job(spark, tmp_path):
-    if not compat.FACTS.row_transform_with_state:
-        pytest.skip(f"pyspark {compat.VERSION} has no Row-based transformWithState")
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(__import__(__name__))
