@@ -24,19 +24,20 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark import cloudpickle  # noqa: E402
-from pyspark.sql import Row  # noqa: E402
+from common import print_table
+from pyspark import cloudpickle
+from pyspark.sql import Row
+from spark_state import _builder
+from steady_state import COUNT_SCHEMA, KV_STORES, TwsCounts, generate, run_query, steady_rate
 
-from common import print_table  # noqa: E402
-from spark_state import _builder  # noqa: E402
-from spark_statestore.spark import StoreProcessor, compat  # noqa: E402
-from steady_state import COUNT_SCHEMA, KV_STORES, TwsCounts, generate, run_query, steady_rate  # noqa: E402
+from spark_statestore.spark import StoreProcessor, compat
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

@@ -14,10 +14,10 @@ from collections import Counter
 
 import pandas as pd
 import pytest
-from pyspark.sql import Row
-
 import spark_batches
 import spark_jobs
+from pyspark.sql import Row
+
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StoreProcessor, compat
 
