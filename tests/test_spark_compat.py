@@ -74,6 +74,15 @@ def test_a_missing_tws_client_module_is_named(monkeypatch):
         compat.check_internals()
 
 
+@pytest.mark.parametrize("fact", ["row_transform_with_state", "connect_transform_with_state"])
+def test_an_operator_fact_that_does_not_hold_is_named(monkeypatch, fact):
+    facts = dataclasses.replace(compat.FACTS, **{fact: not getattr(compat.FACTS, fact)})
+    monkeypatch.setitem(minors.MINORS, minors.minor_of(pyspark.__version__), facts)
+    name = fact.upper()
+    with pytest.raises(compat.PysparkInternalError, match=f"{name}.*(has|lacks) transformWithState"):
+        compat.check_internals()
+
+
 @pytest.mark.parametrize("version", ["4.4.0", "3.5.3", "5.0.0"])
 def test_an_unsupported_minor_is_named(monkeypatch, version):
     monkeypatch.setattr(pyspark, "__version__", version)

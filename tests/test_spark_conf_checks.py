@@ -36,7 +36,7 @@ def test_a_processor_without_the_rocksdb_provider_fails_naming_key_and_value(spa
     hdfs = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
     spark.conf.set(PROVIDER_CLASS, hdfs)
     try:
-        with pytest.raises(ValueError, match=rf"needs {PROVIDER_CLASS}={ROCKSDB_PROVIDER} .*got '{hdfs}'"):
+        with pytest.raises(ValueError, match=rf"need {PROVIDER_CLASS}={ROCKSDB_PROVIDER} .*got '{hdfs}'"):
             Counts(str(tmp_path / "state"), spark=spark)
     finally:
         spark.conf.set(PROVIDER_CLASS, ROCKSDB_PROVIDER)

@@ -90,7 +90,7 @@ def test_keys_of_spark_and_the_ones_the_shim_publishes_pass():
 
 def test_transform_with_state_needs_the_rocksdb_provider_named_in_the_error():
     check_rocksdb_provider({PROVIDER_CLASS: ROCKSDB_PROVIDER}.get)
-    with pytest.raises(ValueError, match=rf"needs {PROVIDER_CLASS}={ROCKSDB_PROVIDER} .* got nothing"):
+    with pytest.raises(ValueError, match=rf"need {PROVIDER_CLASS}={ROCKSDB_PROVIDER} .* got nothing"):
         check_rocksdb_provider({}.get)
     with pytest.raises(ValueError, match=r"got 'my\.Provider'"):
         check_rocksdb_provider({PROVIDER_CLASS: "my.Provider"}.get)

@@ -1,4 +1,5 @@
-"""`StoreProcessor`: a `transformWithStateInPandas` processor with spark_statestore stores.
+"""`StoreProcessor`: a `transformWithStateInPandas` (or, pyspark 4.1+, Row-based
+`transformWithState`) processor with spark_statestore stores.
 
 Declare the stores, implement `process_rows` (and `process_timer` for event-time or
 processing-time timers), and use `self.store(name)` inside them::
@@ -14,6 +15,9 @@ processing-time timers), and use `self.store(name)` inside them::
 
     processor = Totals(checkpoint_location)     # reads spark.conf on the driver
     df.groupBy("key").transformWithStateInPandas(processor, "key string, total long", "Update", "None")
+
+The same class runs in `transformWithState`, where `process_rows` gets Rows and yields
+Rows; the stores, their state and the checkpoint layout are the same.
 
 Each task opens its partition's state in `init()` (batch id and partition from its
 TaskContext) and prepares the batch's changelog in `close()`; the changelog commits when
@@ -106,7 +110,8 @@ class StoreProcessor(StatefulProcessor):
         """Called in every `init()` (also the driver's, where no store is open)."""
 
     def process_rows(self, key: Any, rows: Iterator[Any], timer_values: Any) -> Iterator[Any]:
-        """The rows of one grouping key (an iterator of pandas DataFrames); yield output."""
+        """The rows of one grouping key (an iterator of pandas DataFrames in
+        transformWithStateInPandas, of Rows in transformWithState); yield output of that kind."""
         raise NotImplementedError(f"{type(self).__name__} must implement process_rows")
 
     def process_timer(self, key: Any, timer_values: Any, expired_timer_info: Any) -> Iterator[Any]:

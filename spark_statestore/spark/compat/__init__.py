@@ -52,6 +52,9 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
 * `CONNECT_TRANSFORM_WITH_STATE` (a capability): the Spark Connect client has
   `transformWithStateInPandas` from 4.1 (`PysparkMinor.connect_transform_with_state`);
   `check_connect_operator` says so when a processor is built in a 4.0 Connect session.
+* `ROW_TRANSFORM_WITH_STATE` (a capability): the Row-based `transformWithState`, whose
+  processor gets Rows (classic and Connect), from 4.1 (`PysparkMinor.row_transform_with_state`);
+  a `StoreProcessor` runs in it unchanged.
 """
 
 from __future__ import annotations

@@ -82,20 +82,31 @@ def _check_accumulator_values() -> None:
         raise _error("WORKER_SENDS_ACCUMULATORS_LAST", "send_accumulator_updates no longer sends the registry's _value")
 
 
-def _check_connect_client(facts: PysparkMinor) -> None:
-    """Whether the Spark Connect client has transformWithStateInPandas, read from its source
-    (importing it needs the Connect client's dependencies, which a classic install may lack)."""
-    try:  # read as a resource: importing pyspark.sql.connect without its dependencies exits
-        # the process (4.2), and Python workers import pyspark from a zip file
-        source = importlib.resources.files("pyspark").joinpath("sql", "connect", "group.py").read_text()
-        has = "def transformWithStateInPandas(" in source
+def _defines(name: str, parts: tuple[str, ...], method: str) -> bool:
+    """Whether pyspark's module file at `parts` defines `method`, read from its source (as a
+    resource: importing pyspark.sql.connect without the Connect client's dependencies exits
+    the process (4.2), and Python workers import pyspark from a zip file)."""
+    try:
+        return f"def {method}(" in importlib.resources.files("pyspark").joinpath(*parts).read_text()
     except (AttributeError, TypeError, ImportError, OSError) as e:
-        raise _error("CONNECT_TRANSFORM_WITH_STATE", f"pyspark.sql.connect.group cannot be read: {e}") from None
-    if has != facts.connect_transform_with_state:
-        raise _error(
-            "CONNECT_TRANSFORM_WITH_STATE",
-            f"the Connect client {'has' if has else 'lacks'} GroupedData.transformWithStateInPandas",
-        )
+        raise _error(name, f"pyspark/{'/'.join(parts)} cannot be read: {e}") from None
+
+
+def _check_operators(facts: PysparkMinor) -> None:
+    """Which stateful operators this pyspark has: transformWithStateInPandas in the Spark
+    Connect client, and the Row-based transformWithState (classic and Connect)."""
+    checks = [
+        ("CONNECT_TRANSFORM_WITH_STATE", ("sql", "connect", "group.py"), "transformWithStateInPandas",
+         facts.connect_transform_with_state),
+        ("ROW_TRANSFORM_WITH_STATE", ("sql", "pandas", "group_ops.py"), "transformWithState",
+         facts.row_transform_with_state),
+        ("ROW_TRANSFORM_WITH_STATE", ("sql", "connect", "group.py"), "transformWithState",
+         facts.row_transform_with_state),
+    ]
+    for name, parts, method, expected in checks:
+        has = _defines(name, parts, method)
+        if has != expected:
+            raise _error(name, f"pyspark/{'/'.join(parts)} {'has' if has else 'lacks'} {method}")
 
 
 def check_internals() -> PysparkMinor:
@@ -114,5 +125,5 @@ def check_internals() -> PysparkMinor:
     _check_accumulator_values()
     _check_read_udfs(facts)
     _check_tws_handle(facts)
-    _check_connect_client(facts)
+    _check_operators(facts)
     return facts

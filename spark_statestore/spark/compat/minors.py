@@ -44,10 +44,14 @@ class PysparkMinor:
     # the Spark Connect client (`pyspark.sql.connect.group.GroupedData`) has
     # transformWithStateInPandas
     connect_transform_with_state: bool
+    # the Row-based transformWithState (classic `pyspark.sql.pandas.group_ops` and the
+    # Spark Connect client), 4.1+
+    row_transform_with_state: bool
 
 
 def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_admission_control: bool,
-           offline_repartition: bool, connect_transform_with_state: bool = True) -> PysparkMinor:
+           offline_repartition: bool, connect_transform_with_state: bool = True,
+           row_transform_with_state: bool = True) -> PysparkMinor:
     """A minor's facts; what no supported minor changed is the same for all."""
     return PysparkMinor(
         task_function=task_function,
@@ -59,6 +63,7 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_adm
         stream_admission_control=stream_admission_control,
         offline_repartition=offline_repartition,
         connect_transform_with_state=connect_transform_with_state,
+        row_transform_with_state=row_transform_with_state,
     )
 
 
@@ -70,7 +75,7 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_adm
 # `stream_admission_control` says).
 MINORS: dict[str, PysparkMinor] = {
     "4.0": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
-                  offline_repartition=False, connect_transform_with_state=False),
+                  offline_repartition=False, connect_transform_with_state=False, row_transform_with_state=False),
     "4.1": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
                   offline_repartition=False),
     "4.2": _minor(

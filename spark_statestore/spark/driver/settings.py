@@ -94,14 +94,14 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 
 
 def check_rocksdb_provider(get: Callable[[str], str | None]) -> None:
-    """transformWithStateInPandas runs only on Spark's RocksDB state store provider; say so
-    when the processor is built, naming the key, rather than let the first batch die with
-    Spark's own error, which does not name it."""
+    """transformWithStateInPandas and transformWithState run only on Spark's RocksDB state
+    store provider; say so when the processor is built, naming the key, rather than let the
+    first batch die with Spark's own error, which does not name it."""
     value = get(PROVIDER_CLASS)
     if value != ROCKSDB_PROVIDER:
         given = repr(value) if value else "nothing (Spark's default, HDFSBackedStateStoreProvider)"
         raise ValueError(
-            f"transformWithStateInPandas needs {PROVIDER_CLASS}={ROCKSDB_PROVIDER} (in the session's conf, "
+            f"transformWithStateInPandas and transformWithState need {PROVIDER_CLASS}={ROCKSDB_PROVIDER} (in the session's conf, "
             f"or conf/spark-defaults.conf with --properties-file), got {given}"
         )
 
