@@ -47,13 +47,14 @@ def counts(batches, stores):
 
 class Burst:
     """Input files of distinct keys (a key repeats in every tenth file), a counting query
-    over them writing parquet, and the driver's batch files."""
+    over them writing parquet, and the driver's batch files (under `root`: a new one, or one
+    another driver process left)."""
 
     def __init__(self, root: Path) -> None:
         self.input, self.output = root / "input", root / "output"
         self.checkpoint = str(root / "checkpoint")
-        self.input.mkdir(parents=True)
-        self.files = 0
+        self.input.mkdir(parents=True, exist_ok=True)
+        self.files = len(list(self.input.glob("*.parquet")))
 
     def add(self, files: int) -> None:
         for _ in range(files):
