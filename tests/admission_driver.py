@@ -11,10 +11,10 @@ from pathlib import Path
 
 if __name__ == "__main__":
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     import test_admission as admission
+    from pyspark.sql import SparkSession
     from shim_queries import shim_session, wait_until
+
     from spark_statestore.spark.driver.jvm import wake
 
     spark = (SparkSession.builder.master("local[2,4]").config("spark.ui.enabled", "false")
