@@ -178,6 +178,8 @@ def wake(spark: Any, query_id: str, after_batch: int | None = None) -> bool:
     started before activation, a trigger that never waits)."""
     if after_batch is None:
         return bool(_ask(spark, f"wake of query {query_id}", lambda facade: facade.wake(str(query_id))))
+    if isinstance(after_batch, bool) or not isinstance(after_batch, int) or not -1 <= after_batch < 1 << 63:
+        raise ValueError(f"after_batch must be a batch id (an int from -1 to 2**63 - 1), got {after_batch!r}")
     return bool(_ask(spark, f"wake of query {query_id} after batch {after_batch}",
                      lambda facade: facade.wakeAfter(str(query_id), int(after_batch))))
 
