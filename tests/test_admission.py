@@ -64,13 +64,14 @@ class Burst:
             os.replace(staged, self.input / f"{self.files:04d}.parquet")
             self.files += 1
 
-    def start(self, session):
+    def start(self, session, **trigger):
+        """The counting query, with `trigger` (default: the century interval)."""
         fn = partition_function(counts, self.checkpoint, STORES, partitions=2, emit_changes=False, spark=session)
         frame = session.readStream.schema("key string").parquet(str(self.input)).repartition(2, "key")
         return (
             frame.mapInArrow(fn, "key string, count long").writeStream.format("parquet")
             .option("path", str(self.output)).option("checkpointLocation", self.checkpoint)
-            .trigger(processingTime=INTERVAL).start()
+            .trigger(**(trigger or {"processingTime": INTERVAL})).start()
         )
 
     def facts(self, batch: int):
