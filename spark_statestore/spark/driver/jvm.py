@@ -49,8 +49,8 @@ class QueryTrigger:
     """A running query's trigger as the shim saw it start.
 
     `kind` is `processingTime`, `once`, `availableNow`, `continuous`, `realTime` or
-    `unknown`; `wakeable` is true when a wakeable clock is installed (a processing-time
-    interval above 0), else `reason` says why not. `early_wakes` counts the waits between
+    `unknown`; `wakeable` is true when the shim's clock is installed and the trigger waits
+    (a processing-time interval above 0), else `reason` says why not. `early_wakes` counts the waits between
     batches that a wake cut short; `polls` the waits cut short to look again for input after
     a woken trigger that ran no batch; `dropped_wakes` the wakes dropped because the batch
     they were meant to start had run already; `wake_pending`: a wake waits for the next wait."""

@@ -203,7 +203,7 @@ public final class StateStoreDriver {
         Admission admitted = governor == null ? null
                 : Admission.of(queryId, execution, admission, previousEstimate(queryId, files));
         QueryTrigger trigger = QueryTriggers.get(queryId);
-        if (admitted != null && trigger != null && trigger.wakeable() && trigger.runId().equals(runId)) {
+        if (admitted != null && trigger != null && trigger.clock() != null && trigger.runId().equals(runId)) {
             trigger.clock().beforeFirstTrigger(admitted::applyInherited);
         }
         runs.put(queryId, new Run(runId, files, admitted));
