@@ -57,3 +57,29 @@ def test_a_query_with_the_default_trigger_restarts_under_the_last_limit(session,
     query.stop()
     assert facts[last + 1].admission[0].admitted <= limit, summary(facts)
     assert result(session, burst) == reference(session, burst)
+
+
+@pytest.mark.spark
+def test_an_available_now_run_starts_under_the_last_limit(session, tmp_path):  # noqa: F811
+    """An `availableNow` query run again (as a scheduled job is) over a backlog: its first
+    batch takes at most the limit the run before ended with, the rest follows in bounded
+    batches within the same run (before: the whole backlog of 24 files in one batch)."""
+
+    def run() -> int:
+        query = burst.start(session, availableNow=True)
+        query.awaitTermination(240)
+        last = query.lastProgress["batchId"]
+        wait_until(lambda: burst.facts(last) is not None, what=f"the file of batch {last}")
+        return last
+
+    burst = Burst(tmp_path)
+    burst.add(7)
+    first = run()
+    limit = burst.facts(first).admission[0].limit
+    assert 1 <= limit < 24
+    burst.add(24)
+    end = run()
+    facts = [burst.facts(b) for b in range(end + 1)]
+    assert facts[first + 1].admission[0].admitted <= limit, summary(facts)
+    assert sum(f.admission[0].admitted for f in facts[first + 1:]) == 24, summary(facts)
+    assert result(session, burst) == reference(session, burst)
