@@ -3,8 +3,8 @@ package io.sparkstatestore.shim;
 /**
  * What the shim knows about one run of a streaming query: its trigger, and the clock
  * installed for it ({@code null} when none is). It is wakeable when {@code reason} is empty; a
- * processing-time trigger with interval 0 never waits, and its clock only runs the hook before
- * the first trigger ({@link WakeableClock#beforeFirstTrigger}).
+ * processing-time trigger with interval 0 and an {@code availableNow} one never wait, and their
+ * clock only runs the hook before the first trigger ({@link WakeableClock#beforeFirstTrigger}).
  *
  * @param runId      the run this describes (a restart from the checkpoint is a new run of the
  *                   same query id)

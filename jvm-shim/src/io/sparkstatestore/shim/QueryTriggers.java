@@ -81,9 +81,9 @@ final class QueryTriggers {
 
     /**
      * Installs a wakeable clock into a just-started query execution if its trigger is a
-     * processing-time one (wakeable if its interval is above 0; with interval 0 it never waits,
-     * and the clock is there for the hook before its first trigger), and describes the query
-     * either way.
+     * processing-time one (wakeable if its interval is above 0) or {@code availableNow}; a
+     * trigger that never waits has it for the hook before its first trigger only. Describes
+     * the query either way.
      */
     static QueryTrigger install(Object execution, String runId) {
         Object trigger;
@@ -102,8 +102,8 @@ final class QueryTriggers {
             }
         }
         String never = "a " + kind + " trigger with interval " + intervalMs + " ms never waits between batches";
-        if (!kind.equals("processingTime")) {
-            return new QueryTrigger(runId, kind, intervalMs, null, never);
+        if (!kind.equals("processingTime") && !kind.equals("availableNow")) {
+            return new QueryTrigger(runId, kind, intervalMs, null, never); // once: a single batch, no limit
         }
         WakeableClock clock = new WakeableClock(latestBatch(execution));
         try {
