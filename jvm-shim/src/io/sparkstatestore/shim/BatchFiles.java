@@ -38,6 +38,7 @@ import org.apache.hadoop.fs.Path;
  */
 record BatchFiles(String root, Configuration hadoop, int retain) {
     static final String DIRECTORY = "statestore/_batches";
+    static final int LOOK_BACK = 5;
 
     /** Whether the checkpoint holds spark_statestore state (only then files are written). */
     boolean wanted() throws IOException {
@@ -73,9 +74,10 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
     }
 
     /**
-     * The admission limits (by source) of the latest batch file that has any, or an empty map:
-     * what a run in a new driver process goes on from (the previous driver's estimate was in
-     * its memory). A file that cannot be read or parsed is skipped.
+     * The admission limits (by source) of the latest batch file that has any, among the
+     * {@value #LOOK_BACK} latest, or an empty map: what a run in a new driver process goes on
+     * from (the previous driver's estimate was in its memory). A file that cannot be read or
+     * parsed is skipped; looking no further back bounds the reads at a query's start.
      */
     Map<String, Long> lastLimits() throws IOException {
         Path directory = new Path(root, DIRECTORY);
@@ -86,7 +88,7 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
         FileStatus[] listed = fs.listStatus(directory, path -> path.getName().matches("\\d+\\.json"));
         Arrays.sort(listed, Comparator.comparingLong((FileStatus f) -> batchOf(f.getPath())).reversed());
         ObjectMapper mapper = new ObjectMapper();
-        for (FileStatus file : listed) {
+        for (FileStatus file : Arrays.copyOf(listed, Math.min(listed.length, LOOK_BACK))) {
             Map<String, Long> limits = new HashMap<>();
             try (InputStream in = fs.open(file.getPath())) {
                 for (JsonNode change : mapper.readTree(in).path("admission")) {
