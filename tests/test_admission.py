@@ -47,13 +47,14 @@ def counts(batches, stores):
 
 class Burst:
     """Input files of distinct keys (a key repeats in every tenth file), a counting query
-    over them writing parquet, and the driver's batch files."""
+    over them writing parquet, and the driver's batch files (under `root`: a new one, or one
+    another driver process left)."""
 
     def __init__(self, root: Path) -> None:
         self.input, self.output = root / "input", root / "output"
         self.checkpoint = str(root / "checkpoint")
-        self.input.mkdir(parents=True)
-        self.files = 0
+        self.input.mkdir(parents=True, exist_ok=True)
+        self.files = len(list(self.input.glob("*.parquet")))
 
     def add(self, files: int) -> None:
         for _ in range(files):
@@ -63,13 +64,14 @@ class Burst:
             os.replace(staged, self.input / f"{self.files:04d}.parquet")
             self.files += 1
 
-    def start(self, session):
+    def start(self, session, **trigger):
+        """The counting query, with `trigger` (default: the century interval)."""
         fn = partition_function(counts, self.checkpoint, STORES, partitions=2, emit_changes=False, spark=session)
         frame = session.readStream.schema("key string").parquet(str(self.input)).repartition(2, "key")
         return (
             frame.mapInArrow(fn, "key string, count long").writeStream.format("parquet")
             .option("path", str(self.output)).option("checkpointLocation", self.checkpoint)
-            .trigger(processingTime=INTERVAL).start()
+            .trigger(**(trigger or {"processingTime": INTERVAL})).start()
         )
 
     def facts(self, batch: int):

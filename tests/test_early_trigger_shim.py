@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -45,6 +46,15 @@ def test_settings_defaults_and_values():
     conf = {ENABLED: " FALSE ", SIGNAL_PORT: "40123"}
     settings = StateStoreSettings.from_conf(conf.get)
     assert (settings.early_trigger_enabled, settings.signal_port) == (False, 40123)
+
+
+@pytest.mark.parametrize("after_batch", ["3", 2.0, True, -2, 1 << 63])
+def test_a_wake_for_a_batch_that_is_no_batch_id_is_refused(after_batch):
+    """Not a silent False (a wake's failures are best effort, a caller's mistake is not)."""
+    from spark_statestore.spark.driver.jvm import wake
+
+    with pytest.raises(ValueError, match=f"after_batch must be a batch id .*got {re.escape(repr(after_batch))}"):
+        wake(None, "a-query", after_batch=after_batch)
 
 
 @pytest.mark.parametrize(

@@ -49,8 +49,8 @@ class QueryTrigger:
     """A running query's trigger as the shim saw it start.
 
     `kind` is `processingTime`, `once`, `availableNow`, `continuous`, `realTime` or
-    `unknown`; `wakeable` is true when a wakeable clock is installed (a processing-time
-    interval above 0), else `reason` says why not. `early_wakes` counts the waits between
+    `unknown`; `wakeable` is true when the shim's clock is installed and the trigger waits
+    (a processing-time interval above 0), else `reason` says why not. `early_wakes` counts the waits between
     batches that a wake cut short; `polls` the waits cut short to look again for input after
     a woken trigger that ran no batch; `dropped_wakes` the wakes dropped because the batch
     they were meant to start had run already; `wake_pending`: a wake waits for the next wait."""
@@ -178,6 +178,8 @@ def wake(spark: Any, query_id: str, after_batch: int | None = None) -> bool:
     started before activation, a trigger that never waits)."""
     if after_batch is None:
         return bool(_ask(spark, f"wake of query {query_id}", lambda facade: facade.wake(str(query_id))))
+    if isinstance(after_batch, bool) or not isinstance(after_batch, int) or not -1 <= after_batch < 1 << 63:
+        raise ValueError(f"after_batch must be a batch id (an int from -1 to 2**63 - 1), got {after_batch!r}")
     return bool(_ask(spark, f"wake of query {query_id} after batch {after_batch}",
                      lambda facade: facade.wakeAfter(str(query_id), int(after_batch))))
 

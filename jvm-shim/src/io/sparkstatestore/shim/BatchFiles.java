@@ -1,15 +1,23 @@
 package io.sparkstatestore.shim;
 
 import java.io.IOException;
+import java.io.InputStream;
 import java.io.OutputStream;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 import java.util.stream.Collectors;
 import java.util.UUID;
 
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.ChecksumFileSystem;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 
@@ -30,6 +38,7 @@ import org.apache.hadoop.fs.Path;
  */
 record BatchFiles(String root, Configuration hadoop, int retain) {
     static final String DIRECTORY = "statestore/_batches";
+    static final int LOOK_BACK = 5;
 
     /** Whether the checkpoint holds spark_statestore state (only then files are written). */
     boolean wanted() throws IOException {
@@ -62,6 +71,42 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
         if (batchId >= retain) {
             fs.delete(new Path(directory, (batchId - retain) + ".json"), false);
         }
+    }
+
+    /**
+     * The admission limits (by source) of the latest batch file that has any, among the
+     * {@value #LOOK_BACK} latest, or an empty map: what a run in a new driver process goes on
+     * from (the previous driver's estimate was in its memory). A file that cannot be read or
+     * parsed is skipped; looking no further back bounds the reads at a query's start.
+     */
+    Map<String, Long> lastLimits() throws IOException {
+        Path directory = new Path(root, DIRECTORY);
+        FileSystem fs = directory.getFileSystem(hadoop);
+        if (!fs.exists(directory)) {
+            return Map.of();
+        }
+        FileStatus[] listed = fs.listStatus(directory, path -> path.getName().matches("\\d+\\.json"));
+        Arrays.sort(listed, Comparator.comparingLong((FileStatus f) -> batchOf(f.getPath())).reversed());
+        ObjectMapper mapper = new ObjectMapper();
+        for (FileStatus file : Arrays.copyOf(listed, Math.min(listed.length, LOOK_BACK))) {
+            Map<String, Long> limits = new HashMap<>();
+            try (InputStream in = fs.open(file.getPath())) {
+                for (JsonNode change : mapper.readTree(in).path("admission")) {
+                    limits.put(change.path("source").asText(), change.path("limit").asLong(-1));
+                }
+            } catch (IOException | RuntimeException e) {
+                continue; // a damaged file: an older one may do
+            }
+            if (!limits.isEmpty()) {
+                return limits;
+            }
+        }
+        return Map.of();
+    }
+
+    private static long batchOf(Path file) {
+        String name = file.getName();
+        return Long.parseLong(name.substring(0, name.length() - ".json".length()));
     }
 
     static String json(String queryId, String runId, long batchId, long timestampMs, long rowsDroppedByWatermark,

@@ -80,8 +80,10 @@ final class QueryTriggers {
     }
 
     /**
-     * Installs a wakeable clock into a just-started query execution if its trigger waits
-     * between batches (a processing-time interval above 0), and describes the query either way.
+     * Installs a wakeable clock into a just-started query execution if its trigger is a
+     * processing-time one (wakeable if its interval is above 0) or {@code availableNow}; a
+     * trigger that never waits has it for the hook before its first trigger only. Describes
+     * the query either way.
      */
     static QueryTrigger install(Object execution, String runId) {
         Object trigger;
@@ -99,9 +101,9 @@ final class QueryTriggers {
                 return new QueryTrigger(runId, kind, 0, null, "cannot read the trigger interval: " + cause(e));
             }
         }
-        if (!kind.equals("processingTime") || intervalMs <= 0) {
-            return new QueryTrigger(runId, kind, intervalMs, null,
-                    "a " + kind + " trigger with interval " + intervalMs + " ms never waits between batches");
+        String never = "a " + kind + " trigger with interval " + intervalMs + " ms never waits between batches";
+        if (!kind.equals("processingTime") && !kind.equals("availableNow")) {
+            return new QueryTrigger(runId, kind, intervalMs, null, never); // once: a single batch, no limit
         }
         WakeableClock clock = new WakeableClock(latestBatch(execution));
         try {
@@ -114,7 +116,7 @@ final class QueryTriggers {
         } catch (ReflectiveOperationException | RuntimeException e) {
             return new QueryTrigger(runId, kind, intervalMs, null, "cannot replace the trigger clock: " + cause(e));
         }
-        return new QueryTrigger(runId, kind, intervalMs, clock, "");
+        return new QueryTrigger(runId, kind, intervalMs, clock, intervalMs > 0 ? "" : never);
     }
 
     /**

@@ -201,9 +201,9 @@ public final class StateStoreDriver {
             }
         }
         Admission admitted = governor == null ? null
-                : Admission.of(queryId, execution, admission, previousEstimate(queryId));
+                : Admission.of(queryId, execution, admission, previousEstimate(queryId, files));
         QueryTrigger trigger = QueryTriggers.get(queryId);
-        if (admitted != null && trigger != null && trigger.wakeable() && trigger.runId().equals(runId)) {
+        if (admitted != null && trigger != null && trigger.clock() != null && trigger.runId().equals(runId)) {
             trigger.clock().beforeFirstTrigger(admitted::applyInherited);
         }
         runs.put(queryId, new Run(runId, files, admitted));
@@ -211,12 +211,27 @@ public final class StateStoreDriver {
 
     /**
      * The admission estimate the query's previous run left: kept when that run ended, or still
-     * in that run when the listener bus has not told its end yet (a restart right after a stop).
+     * in that run when the listener bus has not told its end yet (a restart right after a stop),
+     * or, when that run was in another driver process, the limits of the checkpoint's latest
+     * batch file (its headroom is not kept: the default).
      */
-    private Admission.Carried previousEstimate(String queryId) {
+    private Admission.Carried previousEstimate(String queryId, BatchFiles files) {
         Admission.Carried kept = carried.remove(queryId);
         Run previous = runs.get(queryId);
-        return kept != null || previous == null || previous.admission == null ? kept : previous.admission.carried();
+        if (kept != null || previous != null) {
+            return kept != null || previous.admission == null ? kept : previous.admission.carried();
+        }
+        if (files == null) {
+            return null;
+        }
+        try {
+            Map<String, Long> limits = files.lastLimits();
+            return limits.isEmpty() ? null : new Admission.Carried(Admission.HEADROOM, limits);
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("spark_statestore admission: query {}: cannot read the last limits under {}: {}", queryId,
+                    files.root(), QueryTriggers.cause(e));
+            return null;
+        }
     }
 
     void runEnded(String queryId, String runId) {
