@@ -4,6 +4,8 @@ import java.util.function.BooleanSupplier;
 import java.util.function.LongSupplier;
 
 import org.apache.spark.util.Clock;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * A system-time {@link Clock} whose {@link #waitTillTime} can be cut short.
@@ -35,6 +37,7 @@ import org.apache.spark.util.Clock;
  * <p>Thread-safe: waits run on the query's thread, wakes come from any thread.
  */
 public final class WakeableClock implements Clock {
+    private static final Logger LOG = LoggerFactory.getLogger(WakeableClock.class);
     static final long FIRST_POLL_MS = 100;
     static final long LAST_POLL_MS = 3_200;
     /** What {@code latestBatch} returns when the query's latest batch cannot be told. */
@@ -73,8 +76,16 @@ public final class WakeableClock implements Clock {
     @Override
     public long getTimeMillis() {
         BooleanSupplier hook = beforeFirstTrigger;
-        if (hook != null && hook.getAsBoolean()) {
-            beforeFirstTrigger = null;
+        if (hook != null) {
+            boolean done = true;
+            try {
+                done = hook.getAsBoolean();
+            } catch (RuntimeException e) { // a clock reading must never fail the query
+                LOG.warn("spark_statestore: the hook before the first trigger failed: {}", e.toString());
+            }
+            if (done) {
+                beforeFirstTrigger = null;
+            }
         }
         return System.currentTimeMillis();
     }
