@@ -122,7 +122,10 @@ class WindowedCounts(StoreProcessor):
 def generate(input_dir: str, files: int, events_per_file: int, keys: int = 8, seed: int = 7, start: int = 0) -> None:
     """Files of events: event time advances ~10 s per file from 1 ms after the epoch; 5% of
     events are late by up to 40 s (those that would fall at or before the epoch stay on time:
-    Spark's first watermark is the epoch, so they would be dropped before any lateness)."""
+    Spark's first watermark is the epoch, so they would be dropped before any lateness).
+    File n's modification time is n seconds after a fixed point, so a streaming file source
+    (which goes by modification time) reads them in order even when they are written within
+    one clock tick."""
     rng = random.Random(seed + start)
     os.makedirs(input_dir, exist_ok=True)
     for n in range(start, start + files):
@@ -135,6 +138,7 @@ def generate(input_dir: str, files: int, events_per_file: int, keys: int = 8, se
             rows.append((f"sensor-{rng.randrange(keys)}", ts))
         temp = os.path.join(input_dir, f".{n:05d}.json.tmp")
         pd.DataFrame(rows, columns=["key", "ts"]).to_json(temp, orient="records", lines=True)
+        os.utime(temp, (1_000_000 + n, 1_000_000 + n))  # the file source takes files by modification time
         os.replace(temp, os.path.join(input_dir, f"{n:05d}.json"))
 
 
