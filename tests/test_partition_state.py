@@ -398,3 +398,69 @@ def test_idle_local_copies_are_swept_and_held_or_recent_ones_are_kept(dirs, tmp_
     state.open(1)  # the swept partition comes back: restored from the durable state
     assert state.metrics.restored and state.store("kv").get(b"k") == b"v"
     state.close()
+
+
+def _idle_copies(checkpoint, local, count):
+    """`count` partitions with a local copy each, last used two hours ago."""
+    roots = []
+    for partition in range(count):
+        state = PartitionState(checkpoint, partition, [StoreSpec.key_value("kv")], WorkerResources(local))
+        state.open(0)
+        state.prepare()
+        state.close()
+        roots.append(state.local)
+        lock_path = os.path.join(state.local.root, "LOCK")
+        old = os.path.getmtime(lock_path) - 7200
+        os.utime(lock_path, (old, old))
+    return roots
+
+
+def _sweep_when_flock_is_first_called(monkeypatch, local):
+    """Run a whole sweep of `local` at the first `flock` after this: another process's sweep
+    that lands between the caller's opening of a lock file and its locking of it."""
+    from spark_statestore.partition import local as local_module
+
+    flock = local_module.fcntl.flock
+    swept = []
+
+    def flock_after_a_sweep(fd, operation):
+        if not swept:
+            swept.append(None)
+            swept[0] = local_module.sweep_idle_copies(local, 3600)
+        return flock(fd, operation)
+
+    monkeypatch.setattr(local_module.fcntl, "flock", flock_after_a_sweep)
+    return swept
+
+
+def test_two_sweeps_of_one_directory_at_once_delete_each_copy_once(dirs, monkeypatch):
+    from spark_statestore.partition.local import sweep_idle_copies
+
+    checkpoint, local = dirs
+    roots = [copy.root for copy in _idle_copies(checkpoint, local, 3)]
+    swept = _sweep_when_flock_is_first_called(monkeypatch, local)
+    # This sweep opens the first lock file; the other sweep deletes every copy before it
+    # locks it, so what it locks is a removed file, and the copy is no longer there to delete.
+    assert sweep_idle_copies(local, 3600) == []
+    assert sorted(swept[0]) == sorted(roots)
+    assert not any(os.path.exists(root) and os.listdir(root) for root in roots)
+
+
+def test_an_opener_whose_lock_file_a_sweep_removes_locks_the_new_one(dirs, monkeypatch):
+    checkpoint, local = dirs
+    copy = _idle_copies(checkpoint, local, 1)[0]
+    swept = _sweep_when_flock_is_first_called(monkeypatch, local)
+    copy.lock(0)  # the sweep runs between the opener's open and its flock
+    try:
+        assert swept[0] == [copy.root]
+        held, now = os.fstat(copy._lock_fd), os.stat(os.path.join(copy.root, "LOCK"))
+        assert (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+        second = PartitionState(checkpoint, 0, [], WorkerResources(local)).local
+        with pytest.raises(StoreLockedError):
+            second.lock(0)  # one holder at a time, also after the sweep
+    finally:
+        copy.unlock()
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(local))
+    state.open(1)  # the swept copy is restored from the durable state
+    assert state.metrics.restored
+    state.close()

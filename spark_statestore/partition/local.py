@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import stat
@@ -24,6 +25,8 @@ import time
 
 from spark_statestore.checkpoint.names import changelog_name, changelog_version
 from spark_statestore.errors import StoreLockedError
+
+log = logging.getLogger("spark_statestore.partition")
 
 
 class LocalPartitionDir:
@@ -57,11 +60,6 @@ class LocalPartitionDir:
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._lock_fd = fd
-                self.touch()
-                _discard_unless_directory(self.changelog_dir)
-                _discard_unless_directory(self.snapshot_dir)
-                return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(fd)
@@ -69,22 +67,29 @@ class LocalPartitionDir:
                         f"the partition state in {self.root} is held by another task "
                         f"(waited {timeout:.1f}s for its lock)"
                     ) from None
-            self.request_release()  # again at every try: the keeper may have been busy
-            time.sleep(delay)
-            delay = min(delay * 2, 0.25)
+                self.request_release()  # again at every try: the keeper may have been busy
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+                continue
+            if _holds_file_at(fd, lock_path):
+                break
+            # A sweep removed the lock file between our open and our lock: the lock we got
+            # guards nothing, and another opener may hold a new file. Open that one.
+            os.close(fd)
+            os.makedirs(self.root, exist_ok=True)
+            fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
+        self._lock_fd = fd
+        self.touch()
+        _discard_unless_directory(self.changelog_dir)
+        _discard_unless_directory(self.snapshot_dir)
 
     def lock_is_current(self) -> bool:
         """Whether the held lock is on the file now at `LOCK` and the database is there
         (the copy's directory was not deleted or replaced while it was held)."""
         if self._lock_fd is None:
             return False
-        try:
-            now = os.stat(os.path.join(self.root, "LOCK"))
-            held = os.fstat(self._lock_fd)
-        except OSError:
-            return False
-        same = (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
-        return same and os.path.exists(os.path.join(self.db_path, "CURRENT"))
+        lock_path = os.path.join(self.root, "LOCK")
+        return _holds_file_at(self._lock_fd, lock_path) and os.path.exists(os.path.join(self.db_path, "CURRENT"))
 
     def touch(self) -> None:
         """Record that the copy is used now (see `sweep_idle_copies`)."""
@@ -164,6 +169,16 @@ class LocalPartitionDir:
             pass
 
 
+def _holds_file_at(fd: int, path: str) -> bool:
+    """Whether the open file `fd` is the file now at `path` (not one removed or replaced)."""
+    try:
+        now = os.stat(path)
+        held = os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
 def _discard(path: str) -> None:
     """Remove what is at `path`: a directory tree, or a file or link itself (not its target)."""
     if os.path.isdir(path) and not os.path.islink(path):
@@ -203,7 +218,7 @@ def sweep_idle_copies(local_dir: str, max_idle_seconds: float) -> list[str]:
         query_dir = os.path.join(local_dir, query)
         try:
             partitions = os.listdir(query_dir)
-        except (NotADirectoryError, FileNotFoundError):
+        except OSError:  # not a directory, gone, or not ours
             continue
         for partition in partitions:
             root = os.path.join(query_dir, partition)
@@ -216,16 +231,17 @@ def sweep_idle_copies(local_dir: str, max_idle_seconds: float) -> list[str]:
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue  # in use right now
-            try:
+                if not _holds_file_at(fd, lock_path):
+                    continue  # another sweep deleted this copy between our open and our lock
                 for name in os.listdir(root):
                     if name != "LOCK":
-                        path = os.path.join(root, name)
-                        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+                        _discard(os.path.join(root, name))
                 os.remove(lock_path)
                 deleted.append(root)
+            except BlockingIOError:
+                continue  # in use right now
+            except OSError as e:  # housekeeping: a copy that cannot go now never fails a task
+                log.warning("could not delete the idle local copy %s: %s", root, e)
             finally:
                 os.close(fd)
     return deleted
