@@ -145,6 +145,8 @@ def test_isolation_levels(kv):
     assert list(committed.all()) == [(b"a", b"committed")]
     assert uncommitted.get(b"a") == b"pending"
     assert list(uncommitted.all()) == [(b"a", b"pending"), (b"b", b"pending")]
+    assert committed.get_all([b"a", b"b"]) == [b"committed", None]  # bulk reads, one multi-get
+    assert uncommitted.get_all([b"a", b"b"]) == [b"pending", b"pending"]
     kv.commit()
     assert list(committed.all()) == [(b"a", b"pending"), (b"b", b"pending")]
     with pytest.raises(AttributeError, match="views cannot write"):
@@ -164,6 +166,8 @@ def test_window_store_views_follow_stream_time(tmp_path):
     assert committed.observed_stream_time == 0
     assert list(committed.fetch(b"k", 0, 1000)) == [(0, b"v0")]
     assert list(uncommitted.fetch(b"k", 0, 1000)) == [(500, b"v500")]
+    assert committed.get_all([b"k", b"k"], [0, 500]) == [b"v0", None]
+    assert uncommitted.get_all([b"k", b"k"], [0, 500]) == [None, b"v500"]
     assert committed.typed(_Identity(), _Identity()).get(b"k", 0) == b"v0"
     store.commit()
     assert list(committed.fetch(b"k", 0, 1000)) == [(500, b"v500")]

@@ -5,6 +5,15 @@ Writes stay in the cache until `flush()` or an eviction; a flush writes the late
 of each dirty key to the wrapped store and forwards one `Change` per key to `on_flush`.
 Over a transactional store, `commit()` flushes first (so the commit sees every write) and
 `rollback()` drops the cache too (its entries may hold rolled-back writes).
+
+Where the cache cannot help, the bulk calls (`get_all`, `put_all` and what is built on
+them, such as a typed store's `put_columns`) pass it by: over a transactional store, whose
+write buffer already keeps one write per key until the commit, and with no listener to
+forward flushed changes to, there is nothing for the cache to de-duplicate, and a read of
+the store costs less than the cache's bookkeeping (`benchmarks/record_cache.py`). They go
+through the cache again as soon as it holds a write of the store (single `put`s) or a
+listener is set, so reads always see the latest write and forwarded changes stay
+de-duplicated.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ class CachingLayer:
             )
         named.listener = self._forward
         self._named = named
+        self._inner_transactional = isinstance(inner, TransactionalStore)
         self.set_flush_listener(on_flush, send_old_values)
         self.persistent = inner.persistent
 
@@ -87,6 +97,10 @@ class CachingLayer:
     def clear_cache(self) -> None:
         """Drop every cached entry, dirty ones included (writes of a failed attempt)."""
         self._named.clear()
+
+    def _passes_by(self) -> bool:
+        """Whether bulk calls go straight to the wrapped store (see module docstring)."""
+        return self._on_flush is None and self._inner_transactional and not self._named.dirty
 
     def _read_through(self, cache_keys: list[bytes], fetch: Callable[[list[int]], list]) -> list[bytes | None]:
         """Values of many cache keys: cached ones from the cache, the rest by one `fetch`

@@ -54,13 +54,21 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
         the cache with what it finds)."""
         if not self._open:
             raise self._closed()
+        if self._passes_by():  # the cache holds no writes: the store has every latest value
+            return self._inner.get_all(keys)
         keys = [k if type(k) is bytes else check_key(k) for k in keys]
         return self._read_through(keys, lambda missing: self._inner.get_all([keys[i] for i in missing]))
 
     def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         if not self._open:
             raise self._closed()
-        self._named.put_many(check_pairs(pairs), True)
+        if not self._passes_by():
+            self._named.put_many(check_pairs(pairs), True)
+            return
+        if self._named:  # entries read earlier would hide these writes
+            pairs = check_pairs(pairs)
+            self._named.remove_many(key for key, _ in pairs)
+        self._inner.put_all(pairs)  # which checks every pair before it writes any
 
     def _merged(self, lo, hi, hi_inclusive: bool, reverse: bool, stored: Any) -> Iterator[tuple[bytes, bytes]]:
         cached = self._named.items(lo, hi, hi_inclusive, reverse)

@@ -118,6 +118,11 @@ class NamedCache:
                 owner._evict_from(self)
                 dirty_keys = self.dirty  # a flush starts a new set
 
+    def remove_many(self, keys: Iterable[Any]) -> None:
+        """Drop the entries of `keys` (those present), dirty or clean."""
+        for key in keys:
+            self._remove(key)
+
     def _remove(self, key: Any) -> None:
         value = self.entries.pop(key, MISSING)
         if value is MISSING:

@@ -21,6 +21,7 @@ from spark_statestore.txn.isolation import IsolationLevel
 KEY_VALUE_READS = frozenset(
     {
         "get",
+        "get_all",
         "range",
         "reverse_range",
         "all",
@@ -35,6 +36,7 @@ KEY_VALUE_READS = frozenset(
 WINDOW_READS = frozenset(
     {
         "get",
+        "get_all",
         "fetch",
         "backward_fetch",
         "fetch_range",
@@ -64,6 +66,10 @@ class LockedKeySpace:
     def get(self, key: bytes) -> bytes | None:
         with self._lock:
             return self._inner.get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        with self._lock:
+            return self._inner.get_many(keys)
 
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
         with self._lock:
