@@ -204,3 +204,30 @@ def test_a_typed_store_offers_read_only_typed_views_and_passes_its_surface_throu
     # nothing else is forwarded: what a typed store offers is what its class says
     with pytest.raises(AttributeError):
         win.keyspace  # noqa: B018
+
+
+class _BigInt(int):
+    pass
+
+
+@pytest.mark.parametrize(
+    "serde, columns",
+    [
+        (Serdes.string(), [["a", "héllo", ""], ["a", "\ud800"], ["a", _LoudStr("x")], ["a", 3], ["a", None], []]),
+        (Serdes.int64(), [[0, -(2**63), 2**63 - 1], [1, 2**63], [1, -(2**63) - 1], [1, True], [1, _BigInt(5)], [1, 2.0], []]),
+        (_ShoutingStrSerde(), [["abc", "d"]]),
+    ],
+)
+def test_encoding_a_list_column_does_what_encoding_each_value_does(serde, columns):
+    """`encode_many` of a Python list (at C level when every value is exactly a str, or an
+    int, of the serde) gives encode's results, and for a bad value encode's error."""
+
+    def outcome(fn):
+        try:
+            return fn()
+        except (TypeError, ValueError) as e:
+            return type(e), str(e)
+
+    for column in columns:
+        expected = outcome(lambda: [serde.encode(v, "key") for v in column])
+        assert outcome(lambda: serde.encode_many(column, "key")) == expected, column

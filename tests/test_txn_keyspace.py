@@ -88,3 +88,47 @@ def test_range_deletion_hides_committed_and_staged_keys_until_rollback(tmp_path)
     db.rollback()
     assert list(ks.scan(None, None)) == [(k, b"committed") for k in (b"a", b"b", b"c", b"d")]
     db.close()
+
+
+@pytest.mark.parametrize("limit", [-1, 2_000])
+def test_bulk_puts_buffer_and_count_what_puts_one_by_one_do(tmp_path, limit):
+    """`put_many` (chunks of distinct puts at once, anything else pair by pair) against a
+    twin fed the same pairs one at a time: same reads, the same byte and record counts
+    (without a limit), memory back under the limit after every call (with one), and the
+    sorted index kept once an ordered walk built it."""
+    from spark_statestore.txn import keyspace as txn_keyspace
+
+    rng = random.Random(7)
+    keys = [b"k%03d" % i for i in range(300)]
+    dbs = [TransactionalDatabase(tmp_path / name, uncommitted_max_bytes=limit) for name in ("bulk", "single")]
+    bulk, single = (db.key_value_store("s").keyspace for db in dbs)
+    chunk = txn_keyspace._BULK_CHUNK
+    try:
+        txn_keyspace._BULK_CHUNK = 16  # several chunks per call, a spill between them
+        for step in range(300):
+            size = rng.randint(0, 40)
+            pairs = [(rng.choice(keys), bytes([rng.randrange(256)]) * rng.randint(1, 9)) for _ in range(size)]
+            if rng.random() < 0.2 and pairs:  # a deletion: that chunk goes pair by pair
+                pairs[rng.randrange(len(pairs))] = (rng.choice(keys), None)
+            if rng.random() < 0.5:
+                pairs = list(dict(pairs).items())  # distinct keys: the bulk path
+            bulk.put_many(pairs)
+            for key, value in pairs:
+                single.delete(key) if value is None else single.put(key, value)
+            if rng.random() < 0.1:
+                lo = rng.choice(keys)
+                assert list(bulk.scan(lo, None)) == list(single.scan(lo, None))  # builds the sorted index
+            assert list(bulk.scan(None, None)) == list(single.scan(None, None)), step
+            if limit < 0:
+                assert (bulk.memory_bytes, bulk.entries) == (single.memory_bytes, single.entries), step
+                assert dbs[0].approximate_num_uncommitted_bytes() == dbs[1].approximate_num_uncommitted_bytes(), step
+            else:  # a spill comes after a chunk instead of after a pair: other, equally right, counts
+                assert dbs[0].budget.memory <= limit, step
+            if rng.random() < 0.15:
+                for db in dbs:
+                    db.commit()
+        assert limit < 0 or dbs[0].metrics.spills > 0, "the limit is small enough to spill"
+    finally:
+        txn_keyspace._BULK_CHUNK = chunk
+        for db in dbs:
+            db.close()

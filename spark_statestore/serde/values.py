@@ -94,12 +94,17 @@ def _arrow_strings(values: Any) -> Any:
     return None
 
 
+def _all_of_type(values: Any, kind: type) -> bool:
+    """Whether `values` is a non-empty list of exactly `kind` (no subclass), checked at C level."""
+    return type(values) is list and bool(values) and set(map(type, values)) == {kind}
+
+
 def _int64_array(values: Any) -> Any:
     """`values` as a numpy int64 array when it holds integers only (no nulls), else None."""
     import numpy as np
 
     if isinstance(values, list):
-        return None  # a list of Python ints: checking each costs what encoding each does
+        return None  # Python ints: `IntSerde.encode_many` checks their types first
     try:
         if hasattr(values, "to_numpy") and not isinstance(values, np.ndarray):
             if getattr(values, "null_count", 0):
@@ -165,6 +170,11 @@ class StrSerde(Serde):
             import pyarrow as pa
 
             return strings.cast(pa.binary()).to_pylist()  # Arrow strings are UTF-8 already
+        if type(self).encode is StrSerde.encode and _all_of_type(values, str):
+            try:
+                return list(map(str.encode, values))  # UTF-8, at C level
+            except UnicodeEncodeError:
+                pass  # a lone surrogate: the per-value path names it
         return super().encode_many(values, name)
 
     def decode(self, data: bytes) -> str:
@@ -241,6 +251,13 @@ class IntSerde(Serde):
 
     def encode_many(self, values: Any, name: str = "value") -> list[bytes]:
         array = _int64_array(values)
+        if array is None and type(self).encode is IntSerde.encode and _all_of_type(values, int):
+            import numpy as np
+
+            try:
+                array = np.array(values, dtype=np.int64)
+            except OverflowError:
+                pass  # out of range: the per-value path names the value
         if array is None:
             return super().encode_many(values, name)
         return array.astype(">i8").view("V8").tolist()

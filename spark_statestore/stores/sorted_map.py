@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from itertools import islice
-from typing import Any, Hashable, Iterator
+from typing import Any, Hashable, Iterable, Iterator, Sequence
 
 from sortedcontainers import SortedList
 
@@ -60,6 +60,16 @@ class SortedMap:
                 keys.add(key)
             self.version += 1
         data[key] = value
+
+    def set_many(self, pairs: Iterable[tuple[Any, Any]], new_keys: Sequence[Any]) -> None:
+        """`set` of every pair, where `new_keys` are exactly the keys of `pairs` not in the
+        map yet (the caller has looked them up already)."""
+        self.data.update(pairs)
+        if new_keys:
+            keys = self._keys
+            if keys is not None:
+                keys.update(new_keys)
+            self.version += 1
 
     def pop(self, key: Any, default: Any = None) -> Any:
         data = self.data

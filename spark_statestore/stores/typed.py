@@ -200,7 +200,8 @@ class TypedKeyValueStore(_Typed):
         encoded = None
         if self._builtin and _pairs_of(pairs):
             try:  # by columns; on any error the checked path below names the item
-                encoded = list(zip(map(self._ek, [p[0] for p in pairs]), map(self._ev, [p[1] for p in pairs])))
+                keys, values = zip(*pairs) if pairs else ((), ())
+                encoded = list(zip(self._encode_keys(list(keys)), self._encode_values(list(values))))
             except (TypeError, ValueError):
                 pass
         if encoded is None:

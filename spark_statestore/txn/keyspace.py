@@ -15,6 +15,7 @@ beyond those bytes (`budget.uncommitted_cost`).
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Iterable, Iterator, Sequence
 
 import rocksdict
@@ -32,6 +33,7 @@ _MISSING = object()
 _PUT = b"\x01"
 _TOMBSTONE = b"\x00"
 _SPILL_BATCH_BYTES = 1 << 20
+_BULK_CHUNK = 4096  # pairs buffered per budget charge by `put_many`
 
 Entry = tuple[bytes, "bytes | None"]
 
@@ -93,12 +95,44 @@ class TransactionalKeySpace:
             self._account(-len(old))
 
     def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
-        put, delete = self.put, self.delete
-        for key, value in pairs:
-            if value is None:
-                delete(key)
-            else:
-                put(key, value)
+        """`put` (or `delete`, for None) of every pair in order. A list of puts with
+        distinct keys goes into the buffer by chunks of `_BULK_CHUNK` (one dict update and
+        one charge of the budget each, so a spill comes at most a chunk late); anything
+        else goes pair by pair."""
+        if not isinstance(pairs, list):
+            pairs = list(pairs)
+        for lo in range(0, len(pairs), _BULK_CHUNK):
+            chunk = pairs[lo : lo + _BULK_CHUNK] if len(pairs) > _BULK_CHUNK else pairs
+            if not self._put_chunk(chunk):
+                put, delete = self.put, self.delete
+                for key, value in chunk:
+                    if value is None:
+                        delete(key)
+                    else:
+                        put(key, value)
+
+    def _put_chunk(self, chunk: list[tuple[bytes, bytes | None]]) -> bool:
+        """Buffer a chunk of puts of distinct keys at once; False (nothing done) for a
+        chunk with a deletion or a repeated key."""
+        if not chunk:
+            return True
+        keys, values = zip(*chunk)
+        if None in values or len(set(keys)) != len(keys):
+            return False
+        olds = list(map(self.pending.data.get, keys, repeat(_MISSING, len(keys))))
+        added = olds.count(_MISSING)
+        if added == len(keys):  # all new: the usual case of a bulk write
+            delta = sum(map(len, keys)) + sum(map(len, values))
+            new_keys: Sequence[bytes] = keys
+        else:
+            delta = sum(map(len, values)) - sum(len(old) for old in olds if old is not _MISSING and old is not None)
+            new_keys = [key for key, old in zip(keys, olds) if old is _MISSING] if added else ()
+            delta += sum(map(len, new_keys))
+        self.pending.set_many(chunk, new_keys)
+        self.entries += added
+        self.memory_bytes += delta
+        self._budget.charge(delta, added)  # may spill every buffer of the transaction
+        return True
 
     def delete_range(self, lo: bytes, hi: bytes) -> None:
         """Delete every key in [lo, hi): pending ones now, committed ones at commit."""
