@@ -31,3 +31,21 @@ def test_window_put_all_after_clear_cache_drops_a_late_record_like_put(tmp_path)
     store.put_all([(b"c", b"1", 10)])  # late against 1000 - 100
     assert store.get_all([b"c"], [10]) == [None]
     store.close()
+
+
+def test_get_all_names_keys_whichever_way_the_cache_goes(tmp_path):
+    """Bad `keys` get the same clear error (naming `keys`) whether the bulk read passes
+    the cache by or goes through it (a dirty entry makes it go through)."""
+    inner = Stores.persistent_key_value_store("kv", tmp_path / "db")
+    store = Stores.caching(inner, ThreadCache(1 << 20))
+    for dirty in (False, True):
+        if dirty:
+            store.put(b"z", b"9")
+        for bad in (None, b"ab"):
+            try:
+                store.get_all(bad)
+            except TypeError as e:
+                assert "keys must be an iterable" in str(e), (dirty, bad, e)
+            else:
+                raise AssertionError(f"get_all({bad!r}) was accepted (dirty={dirty})")
+    store.close()
