@@ -9,7 +9,7 @@ from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, ThreadCache
 from spark_statestore.stores.api import KeyValueStore, prefix_end
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
-from spark_statestore.validation import check_key, check_pairs, check_value
+from spark_statestore.validation import check_iterable, check_key, check_pairs, check_value
 
 
 class CachingKeyValueStore(CachingLayer, KeyValueStore):
@@ -56,7 +56,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
             raise self._closed()
         if self._passes_by():  # the cache holds no writes: the store has every latest value
             return self._inner.get_all(keys)
-        keys = [k if type(k) is bytes else check_key(k) for k in keys]
+        keys = [k if type(k) is bytes else check_key(k) for k in check_iterable(keys, "keys", "bytes keys")]
         return self._read_through(keys, lambda missing: self._inner.get_all([keys[i] for i in missing]))
 
     def put_all(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:

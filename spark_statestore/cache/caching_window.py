@@ -56,6 +56,11 @@ class CachingWindowStore(CachingLayer, WindowStore):
         super().advance_stream_time(time)
         self._inner.advance_stream_time(time)
 
+    def _passes_by(self) -> bool:
+        """Also only while the store's stream time is the cache's own (a `clear_cache()`
+        drops the writes that advanced the cache's, not the advance)."""
+        return super()._passes_by() and self._stream_time <= self._inner.observed_stream_time
+
     def _put_live(self, key: bytes, value: bytes | None, window_start: int) -> None:
         self._named.put(ws_bytes(window_start) + key, value, True)
 
@@ -67,8 +72,6 @@ class CachingWindowStore(CachingLayer, WindowStore):
         if not self._passes_by():
             self._named.put_many(self._live_entries(check_window_records(records)), True)
             return
-        # The store's stream time is the cache's own here: every write that advanced the
-        # cache's was flushed, and a flush hands the store the cache's stream time.
         if self._named:  # entries read earlier would hide these writes
             records = check_window_records(records)
             self._named.remove_many(ws_bytes(start) + key for key, _, start in records)

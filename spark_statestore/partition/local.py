@@ -212,7 +212,7 @@ def sweep_idle_copies(local_dir: str, max_idle_seconds: float) -> list[str]:
     now = time.time()
     try:
         queries = os.listdir(local_dir)
-    except FileNotFoundError:
+    except OSError:  # no directory (yet), or not one
         return deleted
     for query in queries:
         query_dir = os.path.join(local_dir, query)

@@ -261,7 +261,7 @@ class PartitionState:
                 prefix = self._namespace(spec.name)
                 namespace = f"{prefix}{committed}"
                 for stale in self.cache.namespaces:  # filled at another version or by another attempt
-                    if stale.startswith(prefix) and stale != namespace:
+                    if stale.rpartition("@")[0] == prefix[:-1] and stale != namespace:  # not store "name@..."'s
                         self.cache.drop(stale)
                 listener = None
                 if self.on_changes is not None:

@@ -1,7 +1,6 @@
-"""Probe: a cached window store's bulk calls pass the cache by while it holds no dirty
-entry, trusting that the store's stream time is the cache's. `clear_cache()` drops the
-dirty entries but keeps the cache's stream time, so afterwards bulk calls (which go by
-the store's older stream time) disagree with single calls (which go by the cache's)."""
+"""Attacks on the record cache's pass-by (found by an adversarial probe): bulk and single
+calls must agree after `clear_cache()` (which drops dirty entries but not the stream time
+they advanced the cache to), and bad keys get one clear error whichever way a call goes."""
 
 from __future__ import annotations
 

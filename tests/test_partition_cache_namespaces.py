@@ -1,8 +1,8 @@
-"""Probe: a partition's record-cache namespaces are `<root>/<store>@<version>`, and opening
+"""A partition's record-cache namespaces are `<root>/<store>@<version>`, and opening
 a store drops every namespace that starts with `<root>/<store>@` but for its version.
-Store names may contain '@', so opening store "a" drops the cache that store "a@b" (opened
-just before) is using: its entries then live in a named cache the ThreadCache no longer
-knows (never renamed, never evicted by a resize, its bytes never given back)."""
+Store names may contain '@': opening store "a" must not drop the cache that store "a@b"
+(opened just before) is using, or its entries would live in a named cache the ThreadCache
+no longer knows (never renamed, never evicted by a resize, its bytes never given back)."""
 
 from __future__ import annotations
 

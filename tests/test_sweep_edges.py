@@ -1,5 +1,5 @@
-"""Probe: a sweep of local copies is housekeeping and must never fail a task; a local
-directory that is a file (not a directory) makes it raise NotADirectoryError."""
+"""A sweep of local copies is housekeeping and must never fail a task, also when the
+local directory is a file (not a directory)."""
 
 from __future__ import annotations
 
