@@ -1,6 +1,6 @@
 """A partition's record-cache namespaces are `<root>/<store>@<version>`, and opening
-a store drops every namespace that starts with `<root>/<store>@` but for its version.
-Store names may contain '@': opening store "a" must not drop the cache that store "a@b"
+a store drops its own namespaces at other versions (filled by another attempt or at
+another version). Store names may contain '@': opening store "a" must not drop the cache that store "a@b"
 (opened just before) is using, or its entries would live in a named cache the ThreadCache
 no longer knows (never renamed, never evicted by a resize, its bytes never given back)."""
 
