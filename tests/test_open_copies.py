@@ -113,8 +113,9 @@ def test_applied_ahead_the_next_open_has_nothing_to_apply(tmp_path, copies):
     """The thread committed the prepared batch into the kept copy while it waited: the
     next open, here or in an opener the keeper lets go to, starts at that version."""
     checkpoint, local = str(tmp_path / "cp"), str(tmp_path / "local")
-    run(checkpoint, local, 3, seed=10, open_copies=copies)
-    copies.settle()
+    for batches in (1, 2, 3):  # the thread settles each batch's copy before the next open takes it
+        run(checkpoint, local, batches, seed=10, open_copies=copies)
+        copies.settle()
     assert copies.applied_ahead == 3
     state = partition_state(checkpoint, local, open_copies=copies)
     state.open(3)
