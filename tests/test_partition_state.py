@@ -378,11 +378,7 @@ def test_idle_local_copies_are_swept_and_held_or_recent_ones_are_kept(dirs, tmp_
 
     checkpoint, local = dirs
     for partition in range(3):
-        state = PartitionState(checkpoint, partition, [StoreSpec.key_value("kv")], WorkerResources(local))
-        state.open(0)
-        state.store("kv").put(b"k", b"v")
-        state.prepare()
-        state.close()
+        _write_batch(checkpoint, local, partition, 0)
     roots = [PartitionState(checkpoint, p, [], WorkerResources(local)).local for p in range(3)]
     old = os.path.getmtime(os.path.join(roots[0].root, "LOCK")) - 7200
     for local_dir in roots[:2]:
@@ -396,7 +392,16 @@ def test_idle_local_copies_are_swept_and_held_or_recent_ones_are_kept(dirs, tmp_
     assert not os.path.exists(roots[0].db_path) and os.path.exists(roots[1].db_path) and os.path.exists(roots[2].db_path)
     state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(local))
     state.open(1)  # the swept partition comes back: restored from the durable state
-    assert state.metrics.restored and state.store("kv").get(b"k") == b"v"
+    assert state.metrics.restored and state.store("kv").get(b"k") == b"0"
+    state.close()
+
+
+def _write_batch(checkpoint, local, partition, batch):
+    """Batch `batch` of `partition`: k = the batch number."""
+    state = PartitionState(checkpoint, partition, [StoreSpec.key_value("kv")], WorkerResources(local))
+    state.open(batch)
+    state.store("kv").put(b"k", b"%d" % batch)
+    state.prepare()
     state.close()
 
 
@@ -415,22 +420,30 @@ def _idle_copies(checkpoint, local, count):
     return roots
 
 
-def _sweep_when_flock_is_first_called(monkeypatch, local):
-    """Run a whole sweep of `local` at the first `flock` after this: another process's sweep
-    that lands between the caller's opening of a lock file and its locking of it."""
+def _when_flock_is_first_called(monkeypatch, action):
+    """Run `action(fd)` at the first `flock` after this (of `fd`), before that flock: what
+    another process does between the caller's opening of a lock file and its locking of it.
+    Returns a list that then holds what `action` returned."""
     from spark_statestore.partition import local as local_module
 
     flock = local_module.fcntl.flock
-    swept = []
+    done = []
 
-    def flock_after_a_sweep(fd, operation):
-        if not swept:
-            swept.append(None)
-            swept[0] = local_module.sweep_idle_copies(local, 3600)
+    def flock_after_the_action(fd, operation):
+        if not done:
+            done.append(None)
+            done[0] = action(fd)
         return flock(fd, operation)
 
-    monkeypatch.setattr(local_module.fcntl, "flock", flock_after_a_sweep)
-    return swept
+    monkeypatch.setattr(local_module.fcntl, "flock", flock_after_the_action)
+    return done
+
+
+def _sweep_when_flock_is_first_called(monkeypatch, local):
+    """A whole sweep of `local` (another process's) at the first `flock` after this."""
+    from spark_statestore.partition.local import sweep_idle_copies
+
+    return _when_flock_is_first_called(monkeypatch, lambda fd: sweep_idle_copies(local, 3600))
 
 
 def test_two_sweeps_of_one_directory_at_once_delete_each_copy_once(dirs, monkeypatch):
@@ -444,6 +457,30 @@ def test_two_sweeps_of_one_directory_at_once_delete_each_copy_once(dirs, monkeyp
     assert sweep_idle_copies(local, 3600) == []
     assert sorted(swept[0]) == sorted(roots)
     assert not any(os.path.exists(root) and os.listdir(root) for root in roots)
+
+
+def test_a_copy_used_between_the_sweeps_age_check_and_its_lock_is_kept(dirs, monkeypatch):
+    from spark_statestore.partition.local import sweep_idle_copies
+
+    checkpoint, local = dirs
+    roots = [copy.root for copy in _idle_copies(checkpoint, local, 2)]
+
+    def use_and_release(fd):
+        """A batch of the partition whose lock file the sweep is about to lock (it found
+        the copy idle): it opens the copy, writes, prepares and closes."""
+        held = os.fstat(fd).st_ino
+        partition = next(p for p, root in enumerate(roots) if os.stat(os.path.join(root, "LOCK")).st_ino == held)
+        _write_batch(checkpoint, local, partition, 1)
+        return partition
+
+    used = _when_flock_is_first_called(monkeypatch, use_and_release)
+    deleted = sweep_idle_copies(local, 3600)
+    [partition] = used
+    assert deleted == [roots[1 - partition]]  # the copy still idle once locked goes
+    state = PartitionState(checkpoint, partition, [StoreSpec.key_value("kv")], WorkerResources(local))
+    state.open(2)  # the used copy is there: no restore from the durable state
+    assert not state.metrics.restored and state.store("kv").get(b"k") == b"1"
+    state.close()
 
 
 def test_an_opener_whose_lock_file_a_sweep_removes_locks_the_new_one(dirs, monkeypatch):

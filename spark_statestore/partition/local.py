@@ -207,7 +207,8 @@ def sweep_idle_copies(local_dir: str, max_idle_seconds: float) -> list[str]:
     up on executors that no longer own their partitions. A deleted copy costs nothing but
     a restore or a catch-up from the durable state if its partition comes back. Ages are
     measured on this host's own clock (the lock file's time against now), so hosts whose
-    clocks disagree do not matter."""
+    clocks disagree do not matter. The age is checked again once the lock is held, so a
+    copy a task used (and let go) between the first check and the lock is kept."""
     deleted = []
     now = time.time()
     try:
@@ -233,6 +234,8 @@ def sweep_idle_copies(local_dir: str, max_idle_seconds: float) -> list[str]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 if not _holds_file_at(fd, lock_path):
                     continue  # another sweep deleted this copy between our open and our lock
+                if now - os.fstat(fd).st_mtime < max_idle_seconds:
+                    continue  # a task used it (and let go) between our age check and our lock
                 for name in os.listdir(root):
                     if name != "LOCK":
                         _discard(os.path.join(root, name))
