@@ -5,6 +5,7 @@ writes (`<checkpoint>/statestore/_batches/<batch>.json`)."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from pathlib import Path
 
@@ -197,3 +198,42 @@ def test_every_batch_has_a_file_with_what_the_driver_saw(session, tmp_path):
     )
     plain.awaitTermination(120)
     assert not (other / "checkpoint" / "statestore").exists()
+
+
+def _last_limits(session, checkpoint: Path) -> dict[str, int]:
+    """What the driver's shim finds as the last admission limits under `checkpoint` (for a
+    run in a new driver process): `BatchFiles.lastLimits`, reached by reflection (the record
+    is package-private)."""
+    from spark_statestore.spark.compat import driver_jvm, py4j_gateway
+    from spark_statestore.spark.driver.jvm import _facade
+
+    gateway, jvm = py4j_gateway(session), driver_jvm(session)
+    facade, _ = _facade(session, load=False)
+    batch_files = facade.getClass().getClassLoader().loadClass("io.sparkstatestore.shim.BatchFiles")
+    [constructor] = batch_files.getDeclaredConstructors()
+    constructor.setAccessible(True)
+    arguments = gateway.new_array(jvm.java.lang.Object, 3)
+    arguments[0], arguments[1] = str(checkpoint), session.sparkContext._jsc.hadoopConfiguration()
+    arguments[2] = 10  # batches retained: unused by the read
+    files = constructor.newInstance(arguments)
+    method = batch_files.getDeclaredMethod("lastLimits", gateway.new_array(jvm.java.lang.Class, 0))
+    method.setAccessible(True)
+    return dict(method.invoke(files, gateway.new_array(jvm.java.lang.Object, 0)))
+
+
+@pytest.mark.spark
+def test_the_last_limits_ignore_a_file_named_with_more_digits_than_a_batch_id(session, tmp_path):
+    """A file of 19 or more digits among the batch files is foreign: the limits are those of
+    the latest batch file all the same (before: its name overflowed a long, the whole read
+    failed, and a run in a new driver started without the last limits)."""
+    directory = tmp_path / "statestore" / "_batches"
+    directory.mkdir(parents=True)
+
+    def admission(limit: int) -> str:
+        return json.dumps({"admission": [{"source": "files", "limit": limit}]})
+
+    (directory / "4.json").write_text(admission(7))
+    (directory / "5.json").write_text(admission(9))
+    for foreign in ("9" * 19, "1" + "0" * 18, "1" * 40):  # over a long, one that fits, far over
+        (directory / f"{foreign}.json").write_text(admission(1))
+    assert _last_limits(session, tmp_path) == {"files": 9}

@@ -39,6 +39,8 @@ import org.apache.hadoop.fs.Path;
 record BatchFiles(String root, Configuration hadoop, int retain) {
     static final String DIRECTORY = "statestore/_batches";
     static final int LOOK_BACK = 5;
+    /** A batch file's name: at most 18 digits, so its batch id fits a long (anything else is foreign). */
+    static final String BATCH_FILE = "\\d{1,18}\\.json";
 
     /** Whether the checkpoint holds spark_statestore state (only then files are written). */
     boolean wanted() throws IOException {
@@ -77,7 +79,9 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
      * The admission limits (by source) of the latest batch file that has any, among the
      * {@value #LOOK_BACK} latest, or an empty map: what a run in a new driver process goes on
      * from (the previous driver's estimate was in its memory). A file that cannot be read or
-     * parsed is skipped; looking no further back bounds the reads at a query's start.
+     * parsed is skipped, and a file whose name has more digits than a batch id (over 18: it
+     * might not fit a long) is foreign; looking no further back bounds the reads at a query's
+     * start.
      */
     Map<String, Long> lastLimits() throws IOException {
         Path directory = new Path(root, DIRECTORY);
@@ -85,7 +89,7 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
         if (!fs.exists(directory)) {
             return Map.of();
         }
-        FileStatus[] listed = fs.listStatus(directory, path -> path.getName().matches("\\d+\\.json"));
+        FileStatus[] listed = fs.listStatus(directory, path -> path.getName().matches(BATCH_FILE));
         Arrays.sort(listed, Comparator.comparingLong((FileStatus f) -> batchOf(f.getPath())).reversed());
         ObjectMapper mapper = new ObjectMapper();
         for (FileStatus file : Arrays.copyOf(listed, Math.min(listed.length, LOOK_BACK))) {
