@@ -16,9 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+import rocksdict
 
 import txn_workload
 from spark_statestore.txn import TransactionalDatabase
+from spark_statestore.txn.keyspace import STAGING_PREFIX
 
 WORKLOAD = str(Path(__file__).with_name("txn_workload.py"))
 
@@ -152,6 +154,29 @@ def test_kill_at_each_protocol_step(tmp_path, point, nth, limit, committed):
     else:
         assert offset == (last + 1 if committed else last)
     assert state == txn_workload.expected(seed, offset)
+
+
+@pytest.mark.parametrize("wal", [True, False])
+@pytest.mark.parametrize("point", ["spill:before-last-write", "spill:after-write"])
+def test_kill_in_a_spilling_put_many_leaves_the_last_commit(tmp_path, point, wal):
+    """Killed while a `put_many` spills (its second chunk passed the limit): before the
+    spill's last write batch (part of the transaction staged on disk) or after it. The
+    reopened database holds exactly the last commit: nothing of the killed transaction, no
+    staging left, nothing committed lost, also without the WAL (a spilled commit is flushed
+    when it completes)."""
+    path = tmp_path / "db"
+    seed = 41
+    args = ["--bulk", "--limit", str(txn_workload.BULK_LIMIT), "--max", "3"]
+    args += [] if wal else ["--no-wal"]
+    # each transaction spills twice (txn_workload.BULK_LIMIT): the fifth spill is in the
+    # put_many of transaction 3
+    writer = Writer(path, seed, *args, env={"SPARK_STATESTORE_FAULT": f"{point}@5"})
+    assert writer.finish() == -signal.SIGKILL, writer.stderr()
+    assert (writer.reported("committed"), writer.reported("writing"), writer.reported("written")) == (2, 3, 2)
+    offset, state = _reopened_state(path, wal)
+    assert offset == 2
+    assert state == txn_workload.expected(seed, 2, bulk=True)
+    assert not [n for n in rocksdict.Rdict.list_cf(str(path)) if n.startswith(STAGING_PREFIX)]
 
 
 def test_kill_during_recovery_is_repaired_by_recovering_again(tmp_path):

@@ -2,11 +2,13 @@
 
 Run as a script, it opens a database with a key-value and a window store and commits
 transactions `last committed + 1, + 2, ...` (offset `txn` = transaction number), printing
-`committed N` after each commit returns (and `flushed N` after each flush). Transaction N
-is a function of (seed, N) alone, so `expected(seed, n)` rebuilds the state after n
-commits with the in-memory stores, which is what a reopened database must hold.
+`writing N` before transaction N's writes, `written N` after them, `committed N` after
+its commit returns (and `flushed N` after each flush). Transaction N is a function of
+(seed, N) alone, so `expected(seed, n)` rebuilds the state after n commits with the
+in-memory stores, which is what a reopened database must hold. With `--bulk`, each
+transaction is one large `put_all` instead (`bulk_pairs`: its keyspace's `put_many`).
 
-    python tests/txn_workload.py PATH --seed S [--no-wal] [--limit BYTES] [--flush-every K]
+    python tests/txn_workload.py PATH --seed S [--no-wal] [--limit BYTES] [--flush-every K] [--bulk]
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ import random
 
 from spark_statestore import Stores
 from spark_statestore.txn import TransactionalDatabase
+from spark_statestore.txn.keyspace import _BULK_CHUNK
 
 RETENTION = 200
 SIZE = 10
 SEGMENT = 50
+# --bulk: with this limit, the second of a transaction's three put_many chunks spills it (a
+# chunk costs 1.26 to 1.88 MiB with ENTRY_COST, two at least 2.52), in two or more write
+# batches (8193 records of 156 bytes or more: past the 1 MiB of a spill batch); its commit
+# spills the third. So a transaction spills twice.
+BULK_LIMIT = 2 << 20
 
 
 def transaction_ops(seed: int, number: int) -> list[tuple]:
@@ -40,6 +48,22 @@ def transaction_ops(seed: int, number: int) -> list[tuple]:
     return ops
 
 
+def bulk_pairs(seed: int, number: int) -> list[tuple[bytes, bytes]]:
+    """Transaction `number` of a --bulk run: puts of three `put_many` chunks of distinct keys
+    (of 20000), values of 150 to 300 bytes."""
+    rng = random.Random(seed * 1_000_003 + number)
+    keys = rng.sample(range(20_000), rng.randint(2 * _BULK_CHUNK + 1, 3 * _BULK_CHUNK))
+    return [(b"b%05d" % key, rng.randbytes(rng.randint(150, 300))) for key in keys]
+
+
+def write_transaction(seed: int, number: int, bulk: bool, kv, win) -> None:
+    """The writes of transaction `number` (`bulk`: one `put_all`, see `bulk_pairs`)."""
+    if bulk:
+        kv.put_all(bulk_pairs(seed, number))
+    else:
+        apply_ops(transaction_ops(seed, number), kv, win)
+
+
 def apply_ops(ops: list[tuple], kv, win) -> None:
     for op in ops:
         if op[0] == "kv":
@@ -53,11 +77,11 @@ def state_of(kv, win) -> tuple:
     return list(kv.all()), windows, win.observed_stream_time
 
 
-def expected(seed: int, commits: int) -> tuple:
+def expected(seed: int, commits: int, bulk: bool = False) -> tuple:
     kv = Stores.in_memory_key_value_store("kv")
     win = Stores.in_memory_window_store("win", RETENTION, SIZE)
     for number in range(1, commits + 1):
-        apply_ops(transaction_ops(seed, number), kv, win)
+        write_transaction(seed, number, bulk, kv, win)
     return state_of(kv, win)
 
 
@@ -77,12 +101,15 @@ def main() -> None:
     parser.add_argument("--flush-every", type=int, default=0)
     parser.add_argument("--max", type=int, default=10**9)
     parser.add_argument("--hold", action="store_true", help="after --max commits, wait to be killed")
+    parser.add_argument("--bulk", action="store_true", help="each transaction is one large put_all")
     args = parser.parse_args()
     db, kv, win = open_database(args.path, not args.no_wal, args.limit)
     number = (db.committed_offset("txn") or 0) + 1
     print(f"opened {number - 1}", flush=True)
     while number <= args.max:
-        apply_ops(transaction_ops(args.seed, number), kv, win)
+        print(f"writing {number}", flush=True)
+        write_transaction(args.seed, number, args.bulk, kv, win)
+        print(f"written {number}", flush=True)
         db.commit({"txn": number})
         print(f"committed {number}", flush=True)
         if args.flush_every and number % args.flush_every == 0:
