@@ -95,8 +95,8 @@ def main(mode: str, workdir: Path) -> dict:
 
     once = spark.readStream.format("text").load(str(source)).mapInPandas(held, "value string").writeStream.format(
         "noop").option("checkpointLocation", str(workdir / "once")).trigger(availableNow=True).start()
-    wait_for(lambda: jvm.query_trigger(spark, once.id) is not None)
-    if target is not None:
+    if target is not None:  # the driver part knows the query: without it (no jar) nothing would
+        wait_for(lambda: jvm.query_trigger(spark, once.id) is not None)
         for batch in (0, 1):  # crossings of a query that never waits: said once, woken never
             send(target, Signal(CROSSING, str(once.id), batch, 0, 100 + batch, 100, 10))
         wait_for(lambda: jvm.signal_stats(spark).get("accepted", 0) >= 3)
