@@ -26,7 +26,7 @@ if __name__ == "__main__":
     burst = admission.Burst(Path(sys.argv[1]))
     burst.add(1)
     query = burst.start(session)
-    wait_until(lambda: burst.facts(0) is not None, timeout=240, what="batch 0")
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
     burst.add(6)
     assert wake(session, str(query.id))
     last = burst.drained(query, 7 * admission.ROWS, "the first 7 files")

@@ -49,9 +49,11 @@ class Task:
         name = f"b{self.batch}-p{self.partition}-a{self.attempt}-w{self.worker}-{os.getpid()}"
         open(os.path.join(markers, name), "w").close()
         if hold is not None and hold[:2] == (self.batch, self.partition) and (self.attempt == 0 or hold[2]):
-            with open(os.path.join(workdir, "held"), "w") as f:
+            staged = os.path.join(workdir, f"held-{os.getpid()}")
+            with open(staged, "w") as f:
                 f.write(str(self.worker))
-            deadline = time.monotonic() + 300
+            os.replace(staged, os.path.join(workdir, "held"))  # the test reads it whole once it is there
+            deadline = time.monotonic() + 900  # longer than any wait of the test holding it
             while not os.path.exists(os.path.join(workdir, "release")) and time.monotonic() < deadline:
                 time.sleep(0.2)
 

@@ -42,7 +42,7 @@ CONF = {
 class ConnectServer:
     """See module docstring."""
 
-    def __init__(self, root: str, conf: dict[str, str] | None = None, timeout: float = 180.0) -> None:
+    def __init__(self, root: str, conf: dict[str, str] | None = None, timeout: float = 600.0) -> None:
         os.makedirs(root, exist_ok=True)
         self.root = root
         self.port = free_port()

@@ -69,7 +69,7 @@ class StandaloneCluster:
         return subprocess.Popen([SPARK_CLASS, *args], stdout=log, stderr=subprocess.STDOUT, env=environment,
                                 start_new_session=True)
 
-    def _wait(self, condition, what: str, timeout: float = 120.0) -> None:
+    def _wait(self, condition, what: str, timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if condition():

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark import cloudpickle
-from shim_queries import INTERVAL, shim_session, wait_until
+from shim_queries import INTERVAL, gate, shim_session, wait_until
 
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StateStoreMetrics, compat, partition_function
@@ -64,12 +64,15 @@ class Burst:
             os.replace(staged, self.input / f"{self.files:04d}.parquet")
             self.files += 1
 
-    def start(self, session, **trigger):
-        """The counting query, with `trigger` (default: the century interval)."""
+    def start(self, session, hold=None, **trigger):
+        """The counting query, with `trigger` (default: the century interval); `hold`: a
+        `shim_queries.gate` its input passes through first (before any state is touched)."""
         fn = partition_function(counts, self.checkpoint, STORES, partitions=2, emit_changes=False, spark=session)
-        frame = session.readStream.schema("key string").parquet(str(self.input)).repartition(2, "key")
+        frame = session.readStream.schema("key string").parquet(str(self.input))
+        if hold is not None:
+            frame = frame.mapInPandas(hold, "key string")
         return (
-            frame.mapInArrow(fn, "key string, count long").writeStream.format("parquet")
+            frame.repartition(2, "key").mapInArrow(fn, "key string, count long").writeStream.format("parquet")
             .option("path", str(self.output)).option("checkpointLocation", self.checkpoint)
             .trigger(**(trigger or {"processingTime": INTERVAL})).start()
         )
@@ -85,7 +88,7 @@ class Burst:
         """Waits until the query processed `rows` rows and the driver wrote the file of its
         last batch (after the progress Spark reports); returns that batch."""
         wait_until(lambda: self.processed(query) == rows and self.facts(query.lastProgress["batchId"]) is not None,
-                   timeout=120, what=what)
+                   timeout=600, what=what)  # several batches, each a Spark job: minutes on a loaded machine
         return query.lastProgress["batchId"]
 
 
@@ -156,7 +159,7 @@ def drain_a_burst(session, root: Path, wake_query) -> None:
     burst = Burst(root)
     burst.add(1)
     query = burst.start(session)
-    wait_until(lambda: burst.facts(0) is not None, what="batch 0 and its file", timeout=120)
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0 and its file")
     first = burst.facts(0).admission
     assert len(first) == 1 and first[0].unit == "files" and first[0].admitted == 1 and first[0].limit >= 1
     assert first[0].reason.startswith("set: ")
@@ -223,21 +226,25 @@ def test_a_burst_is_cut_into_bounded_batches_over_spark_connect(tmp_path):
 
 @pytest.mark.spark
 def test_a_restart_in_the_middle_of_a_limited_run_loses_and_duplicates_nothing(session, tmp_path):
-    """Stopped while the burst drains, restarted: the new run re-runs the batch that was
-    planned, goes on from the previous run's estimate, and the result is the reference."""
+    """Stopped while the burst drains (batch 3, planned, is held running), restarted: the new
+    run re-runs the batch that was planned, goes on from the previous run's estimate, and the
+    result is the reference."""
     from spark_statestore.spark.driver.jvm import wake
 
-    burst = Burst(tmp_path)
+    control = tmp_path / "control"
+    control.mkdir()
+    burst = Burst(tmp_path / "burst")
     burst.add(1)
-    query = burst.start(session)
+    query = burst.start(session, gate(control, {3}))
     wait_until(lambda: burst.facts(0) is not None, what="batch 0")
     burst.add(30)
     assert wake(session, str(query.id))
-    wait_until(lambda: burst.facts(2) is not None, what="two limited batches")
-    query.stop()
+    wait_until(lambda: (control / "running-3").exists(), what="two limited batches, and batch 3 held")
+    query.stop()  # batch 3 never ends in this run
     first_run = burst.processed(query)
     assert first_run < 31 * ROWS  # stopped before the burst drained
-    query = burst.start(session)
+    (control / "release-3").touch()
+    query = burst.start(session, gate(control, {3}))
     wait_until(lambda: first_run + burst.processed(query) == 31 * ROWS, what="the rest, by the new run")
     query.stop()
     assert result(session, burst) == reference(session, burst)

@@ -44,7 +44,7 @@ def test_a_query_with_the_default_trigger_restarts_under_the_last_limit(session,
     burst = Burst(tmp_path)
     burst.add(1)
     query = burst.start(session, processingTime="0 seconds")
-    wait_until(lambda: burst.facts(0) is not None, what="batch 0", timeout=120)
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
     burst.add(6)
     last = burst.drained(query, 7 * ROWS, "the first 7 files, back to back")
     limit = burst.facts(last).admission[0].limit
@@ -67,7 +67,7 @@ def test_an_available_now_run_starts_under_the_last_limit(session, tmp_path):  #
 
     def run() -> int:
         query = burst.start(session, availableNow=True)
-        query.awaitTermination(240)
+        assert query.awaitTermination(900), "the availableNow run did not end"
         last = query.lastProgress["batchId"]
         wait_until(lambda: burst.facts(last) is not None, what=f"the file of batch {last}")
         return last

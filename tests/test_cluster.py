@@ -75,7 +75,7 @@ def start_driver(cluster: StandaloneCluster, workdir: str, adapter: str, *args: 
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def finish(driver: subprocess.Popen, workdir: str, timeout: float = 400) -> None:
+def finish(driver: subprocess.Popen, workdir: str, timeout: float = 1200) -> None:  # a bound on a hang
     code = driver.wait(timeout)
     logs = sorted(glob.glob(os.path.join(workdir, "driver-*.log")))
     assert code == 0, f"driver failed ({code}):\n{open(logs[-1]).read()[-5000:]}"
@@ -97,8 +97,7 @@ def wait_for(path: str, driver: subprocess.Popen, timeout: float = 300) -> str:
         assert driver.poll() is None, f"the driver ended ({driver.returncode}) before {path} appeared"
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.2)
-    time.sleep(0.2)
-    return open(path).read()
+    return open(path).read()  # written whole (renamed into place)
 
 
 @pytest.mark.parametrize("adapter", ["partition", "group", "tws"])

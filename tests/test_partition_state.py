@@ -228,7 +228,7 @@ def test_second_opener_waits_then_fails_clearly(dirs):
     with pytest.raises(StoreLockedError, match="held by another task.*waited 0.2s"):
         wl.partition_state(checkpoint, local, lock_timeout=0.2).open(0)
     threading.Timer(0.3, first.close).start()
-    second = wl.partition_state(checkpoint, local, lock_timeout=10)
+    second = wl.partition_state(checkpoint, local, lock_timeout=120)  # a bound on a hang
     second.open(0)
     second.close()
 

@@ -28,6 +28,7 @@ from spark_statestore.spark.signals import (
 
 pytestmark = pytest.mark.versioned
 REPLAY_WINDOW_BATCHES = 100  # SignalReceiver.REPLAY_WINDOW_BATCHES
+NEVER_BLOCKS = 5.0  # seconds: far more than a send takes on a loaded machine, less than a resolver's timeout
 
 
 def signal(kind: int = CROSSING, batch: int = 7, attempt_id: int = 40, query: str | None = None) -> Signal:
@@ -53,7 +54,7 @@ def counted(receiver):
     session, _ = receiver
     start = jvm.signal_stats(session)
 
-    def changes(datagrams: int, timeout: float = 30.0) -> dict[str, int]:
+    def changes(datagrams: int, timeout: float = 120.0) -> dict[str, int]:  # a bound on a hang
         deadline = time.monotonic() + timeout
         while True:
             now = jvm.signal_stats(session)
@@ -172,7 +173,7 @@ def test_send_to_a_bad_target_returns_without_raising(target):
         assert result in (True, False)  # the kernel may take the datagram or refuse it at once
     else:
         assert result is False
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < NEVER_BLOCKS
 
 
 def test_send_to_a_dead_port_returns_without_raising():
@@ -182,7 +183,7 @@ def test_send_to_a_dead_port_returns_without_raising():
     started = time.monotonic()
     for _ in range(3):  # later sends may see the ICMP error of the first one
         assert send(dead, signal()) in (True, False)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < NEVER_BLOCKS
 
 
 def test_send_of_a_bad_signal_returns_false():

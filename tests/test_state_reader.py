@@ -178,18 +178,18 @@ def test_isolation_levels_while_a_batch_is_held_open(spark, job):
         frame.count()  # runs the batch's tasks
         if batch_id == 1:
             open(held, "w").close()
-            _wait_for_file(release)
+            _wait_for_file(release, timeout=900)  # longer than the test's reads (the test releases it)
 
     checkpoint, query = _run(spark, job, BATCHES[:2], sink=sink, wait=False)
     try:
-        assert _wait_for_file(held), "batch 1 never reached the sink"
+        assert _wait_for_file(held, timeout=600), "batch 1 never reached the sink"
         committed = _read(spark, checkpoint, store="totals", isolationLevel="READ_COMMITTED")
         uncommitted = _read(spark, checkpoint, store="totals", isolationLevel="READ_UNCOMMITTED")
         assert dict(zip(committed["key"], committed["value"], strict=True)) == _totals_after(BATCHES[:1])
         assert dict(zip(uncommitted["key"], uncommitted["value"], strict=True)) == _totals_after(BATCHES[:2])
     finally:
         open(release, "w").close()
-        query.awaitTermination(120)
+    spark_jobs.finished(spark, query)
     after = _read(spark, checkpoint, store="totals")
     assert dict(zip(after["key"], after["value"], strict=True)) == _totals_after(BATCHES[:2])
 

@@ -375,7 +375,7 @@ def test_second_opener_waits_then_fails_with_the_path(tmp_path):
         TransactionalDatabase(path, lock_timeout=0.3)
     assert time.monotonic() - started >= 0.3
     threading.Timer(0.3, first.close).start()
-    second = TransactionalDatabase(path, lock_timeout=10)  # gets it once the first closes
+    second = TransactionalDatabase(path, lock_timeout=120)  # gets it once the first closes
     second.close()
 
 
