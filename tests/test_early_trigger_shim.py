@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -99,12 +100,12 @@ def drivers(tmp_path_factory):
         workdir = tmp_path_factory.mktemp(f"driver-{mode}")
         started[mode] = subprocess.Popen(
             [sys.executable, str(DRIVER_SCRIPT), mode, str(workdir)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
         )
     yield started
     for process in started.values():
-        if process.poll() is None:
-            process.kill()
+        if process.poll() is None:  # a driver whose result no test read: with what it started (a Connect server)
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
 
