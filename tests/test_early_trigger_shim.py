@@ -104,9 +104,11 @@ def drivers(tmp_path_factory):
         )
     yield started
     for process in started.values():
-        if process.poll() is None:  # a driver whose result no test read: with what it started (a Connect server)
+        try:  # a driver no test read, or what a driver started and left (a Connect server)
             os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        except ProcessLookupError:  # the driver and all it started have ended
+            pass
+        process.wait()
 
 
 def driver_result(drivers, mode: str) -> tuple[dict, str]:

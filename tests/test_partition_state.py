@@ -483,6 +483,26 @@ def test_a_copy_used_between_the_sweeps_age_check_and_its_lock_is_kept(dirs, mon
     state.close()
 
 
+def test_a_copy_held_long_and_let_go_between_the_sweeps_age_check_and_its_lock_is_kept(dirs, monkeypatch):
+    """A holder that kept a copy locked for longer than the idle time (its last use long
+    ago) lets go just before the sweep locks it: letting go is a use, so the copy stays."""
+    from spark_statestore.partition.local import sweep_idle_copies
+
+    checkpoint, local = dirs
+    [copy] = _idle_copies(checkpoint, local, 1)
+    copy.lock(0)
+    lock_path = os.path.join(copy.root, "LOCK")
+    old = os.path.getmtime(lock_path) - 7200
+    os.utime(lock_path, (old, old))  # held for two hours
+    _when_flock_is_first_called(monkeypatch, lambda fd: copy.unlock())
+    assert sweep_idle_copies(local, 3600) == []
+    assert os.path.getmtime(lock_path) > old + 3600
+    state = PartitionState(checkpoint, 0, [StoreSpec.key_value("kv")], WorkerResources(local))
+    state.open(1)
+    assert not state.metrics.restored
+    state.close()
+
+
 def test_an_opener_whose_lock_file_a_sweep_removes_locks_the_new_one(dirs, monkeypatch):
     checkpoint, local = dirs
     copy = _idle_copies(checkpoint, local, 1)[0]

@@ -160,10 +160,10 @@ def test_kill_at_each_protocol_step(tmp_path, point, nth, limit, committed):
 @pytest.mark.parametrize("point", ["spill:before-last-write", "spill:after-write"])
 def test_kill_in_a_spilling_put_many_leaves_the_last_commit(tmp_path, point, wal):
     """Killed while a `put_many` spills (its second chunk passed the limit): before the
-    spill's last write batch (part of the transaction staged on disk) or after it. The
-    reopened database holds exactly the last commit: nothing of the killed transaction, no
-    staging left, nothing committed lost, also without the WAL (a spilled commit is flushed
-    when it completes)."""
+    spill's last write batch (part of the transaction staged; on disk with the WAL) or after
+    it. The reopened database holds exactly the last commit: nothing of the killed
+    transaction, no staging left, nothing committed lost, also without the WAL (a spilled
+    commit is flushed when it completes)."""
     path = tmp_path / "db"
     seed = 41
     args = ["--bulk", "--limit", str(txn_workload.BULK_LIMIT), "--max", "3"]
@@ -173,6 +173,8 @@ def test_kill_in_a_spilling_put_many_leaves_the_last_commit(tmp_path, point, wal
     writer = Writer(path, seed, *args, env={"SPARK_STATESTORE_FAULT": f"{point}@5"})
     assert writer.finish() == -signal.SIGKILL, writer.stderr()
     assert (writer.reported("committed"), writer.reported("writing"), writer.reported("written")) == (2, 3, 2)
+    staged = [n for n in rocksdict.Rdict.list_cf(str(path)) if n.startswith(STAGING_PREFIX)]
+    assert staged, "the killed transaction had not spilled: the kill was not where this test means it"
     offset, state = _reopened_state(path, wal)
     assert offset == 2
     assert state == txn_workload.expected(seed, 2, bulk=True)

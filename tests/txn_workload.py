@@ -26,7 +26,7 @@ SIZE = 10
 SEGMENT = 50
 # --bulk: with this limit, the second of a transaction's three put_many chunks spills it (a
 # chunk costs 1.26 to 1.88 MiB with ENTRY_COST, two at least 2.52), in two or more write
-# batches (8193 records of 156 bytes or more: past the 1 MiB of a spill batch); its commit
+# batches (8192 records of 156 bytes or more: past the 1 MiB of a spill batch); its commit
 # spills the third. So a transaction spills twice.
 BULK_LIMIT = 2 << 20
 

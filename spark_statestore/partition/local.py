@@ -139,9 +139,15 @@ class LocalPartitionDir:
             os.close(fd)
 
     def unlock(self) -> None:
+        """Let the copy go; its last use is now (a holder may have held it for longer than
+        a sweep lets a copy sit idle, see `sweep_idle_copies`)."""
         fd = self._lock_fd
         if fd is not None:
             self._lock_fd = None
+            try:
+                os.utime(fd)
+            except OSError:  # the time is a hint for sweeps: letting go must not fail on it
+                pass
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
