@@ -26,10 +26,11 @@ if __name__ == "__main__":
     burst = admission.Burst(Path(sys.argv[1]))
     burst.add(1)
     query = burst.start(session)
-    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
+    hang = 200  # each wait's bound: their sum is less than the test's wait for this process
+    wait_until(lambda: burst.facts(0) is not None, timeout=hang, what="batch 0")
     burst.add(6)
     assert wake(session, str(query.id))
-    last = burst.drained(query, 7 * admission.ROWS, "the first 7 files")
+    last = burst.drained(query, 7 * admission.ROWS, "the first 7 files", timeout=hang)
     query.stop()
     print(json.dumps({"last": last, "limit": burst.facts(last).admission[0].limit}), flush=True)
     spark.stop()

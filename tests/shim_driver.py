@@ -23,6 +23,15 @@ import time
 from pathlib import Path
 
 LISTENER = "io.sparkstatestore.shim.EarlyTriggerListener"
+# the whole run's bound on a hang (the drivers run beside the other Spark tests): less than
+# the test's wait for this process, so that a wait that ran out shows in the result
+DEADLINE = time.monotonic() + 400
+
+
+def wait_for(predicate) -> None:
+    """Poll `predicate` until true or the run's deadline (then the result says what is missing)."""
+    while not predicate() and time.monotonic() < DEADLINE:
+        time.sleep(0.05)
 
 
 def main(mode: str, workdir: Path) -> dict:
@@ -72,11 +81,6 @@ def main(mode: str, workdir: Path) -> dict:
     def batches() -> list[int]:
         return sorted({p["batchId"] for p in query.recentProgress if p["numInputRows"] > 0})
 
-    def wait_for(predicate) -> None:  # a bound on a hang: the drivers run beside the other Spark tests
-        deadline = time.monotonic() + 600
-        while not predicate() and time.monotonic() < deadline:
-            time.sleep(0.05)
-
     wait_for(lambda: len(batches()) >= 1)
     (workdir / "part-2.txt").write_text("b\n")
     os.replace(workdir / "part-2.txt", source / "part-2.txt")  # the source never sees half a file
@@ -101,7 +105,7 @@ def main(mode: str, workdir: Path) -> dict:
             send(target, Signal(CROSSING, str(once.id), batch, 0, 100 + batch, 100, 10))
         wait_for(lambda: jvm.signal_stats(spark).get("accepted", 0) >= 3)
     release.touch()
-    once.awaitTermination(600)
+    once.awaitTermination(max(1.0, DEADLINE - time.monotonic()))
     result = {
         "before": before,
         "status": dataclasses.asdict(status),
@@ -116,12 +120,6 @@ def main(mode: str, workdir: Path) -> dict:
     query.stop()
     spark.stop()
     return result
-
-
-def wait_for_file(path: Path, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def connect(workdir: Path) -> dict:
@@ -151,14 +149,13 @@ def connect(workdir: Path) -> dict:
         env=dict(os.environ, SPARK_HOME=home), stdout=subprocess.DEVNULL, stderr=open(workdir / "server.log", "w"),
     )
     try:
-        deadline = time.monotonic() + 300  # the server starts slowly on a busy machine
-        while True:
+        while True:  # the server starts slowly on a busy machine
             try:
                 spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
                 spark.range(1).collect()
                 break
             except Exception:
-                if time.monotonic() > deadline or server.poll() is not None:
+                if time.monotonic() > DEADLINE or server.poll() is not None:
                     raise
                 time.sleep(1)
         target = signal_target(spark, StateStoreSettings.defaults())
@@ -171,11 +168,11 @@ def connect(workdir: Path) -> dict:
             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="36500 days").start()
         )
         files = checkpoint / "statestore" / "_batches"
-        wait_for_file(files / "0.json")
+        wait_for((files / "0.json").exists)
         (workdir / "part-2.txt").write_text("b\n")
         os.replace(workdir / "part-2.txt", source / "part-2.txt")
         send(target, Signal(CROSSING, str(query.id), 0, 0, 7, 100, 10))
-        wait_for_file(files / "1.json")
+        wait_for((files / "1.json").exists)
         result = {
             "session": type(spark).__module__,
             "target": target is not None,

@@ -4,10 +4,12 @@ Python workers by value: they cannot import the tests)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from pyspark import cloudpickle
@@ -101,7 +103,8 @@ def gate(control: Path, held_batches: set[int], signal_target=None):
                                        2 * LIMIT, LIMIT))
         if batch in held_batches:
             (control / f"running-{batch}").touch()
-            deadline = time.monotonic() + 900  # longer than any wait of the test holding it
+            # longer than any wait of the test holding it, which releases it however it ends (`gated`, `Held`)
+            deadline = time.monotonic() + 600
             while not (control / f"release-{batch}").exists() and time.monotonic() < deadline:
                 time.sleep(0.02)
         yield from frames
@@ -109,18 +112,47 @@ def gate(control: Path, held_batches: set[int], signal_target=None):
     return run
 
 
+def release_and_stop(control: Path, held_batches: Iterable[int], queries: Iterable) -> None:
+    """Releases the batches (held now, or that a query would hold later), then stops the
+    queries: what a test holding batches does however it ends, as a held task otherwise
+    keeps a core of the shared session for the gate's whole hold (the next tests fail slowly)."""
+    for batch in held_batches:
+        (control / f"release-{batch}").touch()
+    for query in queries:
+        query.stop()
+
+
+@contextlib.contextmanager
+def gated(session, control: Path, held_batches: set[int], signal_target=None) -> Iterator:
+    """`gate(control, ...)` (`control` made here) for the queries the block starts in
+    `session`: however the block ends, its batches are released and those queries stopped."""
+    control.mkdir()
+    before = {query.id for query in session.streams.active}
+    try:
+        yield gate(control, held_batches, signal_target)
+    finally:
+        release_and_stop(control, held_batches, [q for q in session.streams.active if q.id not in before])
+
+
 class Held:
     """A query over a `FileStream` whose batches `held` wait for the test (`running`,
-    `release`), started with batch 0 done."""
+    `release`), started with batch 0 done; leaving its `with` block releases them all and
+    stops the query."""
 
     def __init__(self, session, root: Path, held: set[int], signal_target=None, **trigger) -> None:
         self.stream = FileStream(root / "stream")
-        self.control = root / "control"
+        self.control, self.held = root / "control", held
         self.control.mkdir()
         self.stream.add("a")
         self.query = self.stream.start(session, gate(self.control, held, signal_target), **trigger)
         self.id = str(self.query.id)
         wait_until(lambda: self.stream.batch_file(0) is not None, what="batch 0 and its file")
+
+    def __enter__(self) -> Held:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        release_and_stop(self.control, self.held, [self.query])
 
     def running(self, batch: int) -> None:
         wait_until(lambda: (self.control / f"running-{batch}").exists(), what=f"batch {batch} running")

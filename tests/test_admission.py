@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark import cloudpickle
-from shim_queries import INTERVAL, gate, shim_session, wait_until
+from shim_queries import INTERVAL, gated, shim_session, wait_until
 
 from spark_statestore import Serdes
 from spark_statestore.spark import KeyValue, StateStoreMetrics, compat, partition_function
@@ -84,11 +84,12 @@ class Burst:
     def processed(self, query) -> int:
         return sum(p.numInputRows for p in query.recentProgress)  # a Connect client's may lack the key
 
-    def drained(self, query, rows: int, what: str) -> int:
+    def drained(self, query, rows: int, what: str, timeout: float = 300) -> int:
         """Waits until the query processed `rows` rows and the driver wrote the file of its
-        last batch (after the progress Spark reports); returns that batch."""
+        last batch (after the progress Spark reports); returns that batch. `timeout` bounds a
+        hang (several batches, each a Spark job: minutes on a loaded machine)."""
         wait_until(lambda: self.processed(query) == rows and self.facts(query.lastProgress["batchId"]) is not None,
-                   timeout=600, what=what)  # several batches, each a Spark job: minutes on a loaded machine
+                   timeout=timeout, what=what)
         return query.lastProgress["batchId"]
 
 
@@ -232,21 +233,20 @@ def test_a_restart_in_the_middle_of_a_limited_run_loses_and_duplicates_nothing(s
     from spark_statestore.spark.driver.jvm import wake
 
     control = tmp_path / "control"
-    control.mkdir()
     burst = Burst(tmp_path / "burst")
     burst.add(1)
-    query = burst.start(session, gate(control, {3}))
-    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
-    burst.add(30)
-    assert wake(session, str(query.id))
-    wait_until(lambda: (control / "running-3").exists(), what="two limited batches, and batch 3 held")
-    query.stop()  # batch 3 never ends in this run
-    first_run = burst.processed(query)
-    assert first_run < 31 * ROWS  # stopped before the burst drained
-    (control / "release-3").touch()
-    query = burst.start(session, gate(control, {3}))
-    wait_until(lambda: first_run + burst.processed(query) == 31 * ROWS, what="the rest, by the new run")
-    query.stop()
+    with gated(session, control, {3}) as hold:
+        query = burst.start(session, hold)
+        wait_until(lambda: burst.facts(0) is not None, what="batch 0")
+        burst.add(30)
+        assert wake(session, str(query.id))
+        wait_until(lambda: (control / "running-3").exists(), what="two limited batches, and batch 3 held")
+        query.stop()  # batch 3 never ends in this run
+        first_run = burst.processed(query)
+        assert first_run < 31 * ROWS  # stopped before the burst drained
+        (control / "release-3").touch()
+        query = burst.start(session, hold)
+        wait_until(lambda: first_run + burst.processed(query) == 31 * ROWS, what="the rest, by the new run")
     assert result(session, burst) == reference(session, burst)
 
 

@@ -7,19 +7,22 @@ and restarted, and speculation runs two attempts of one partition at once."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 
 import pandas as pd
 import pytest
 
 from standalone import StandaloneCluster
 
-pytestmark = pytest.mark.cluster
+# the cluster starting and a driver running (waited for up to 600 s by `finish`): minutes on a loaded machine
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster_jobs.py")
 KEYS = [f"key-{i}" for i in range(24)]
 
@@ -68,14 +71,30 @@ def actual_output(workdir: str) -> dict[int, dict[str, int]]:
     return out
 
 
-def start_driver(cluster: StandaloneCluster, workdir: str, adapter: str, *args: str) -> subprocess.Popen:
+@pytest.fixture
+def start_driver(cluster: StandaloneCluster, tmp_path) -> Iterator[Callable[..., subprocess.Popen]]:
+    """`start_driver(adapter, *args)`: a driver of `cluster_jobs.py` over `tmp_path`. However
+    the test ends, its held task is released and every driver it started is killed with its
+    process group (a driver left running keeps the cluster's cores from the next tests)."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
-    log = open(os.path.join(workdir, f"driver-{time.monotonic_ns()}.log"), "w")
-    return subprocess.Popen([sys.executable, JOB, cluster.master_url, workdir, "--adapter", adapter, *args],
-                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    started = []
+
+    def start(adapter: str, *args: str) -> subprocess.Popen:
+        with open(tmp_path / f"driver-{time.monotonic_ns()}.log", "w") as log:
+            started.append(subprocess.Popen(
+                [sys.executable, JOB, cluster.master_url, str(tmp_path), "--adapter", adapter, *args],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        return started[-1]
+
+    yield start
+    (tmp_path / "release").touch()
+    for driver in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
 
 
-def finish(driver: subprocess.Popen, workdir: str, timeout: float = 1200) -> None:  # a bound on a hang
+def finish(driver: subprocess.Popen, workdir: str, timeout: float = 600) -> None:  # a bound on a hang
     code = driver.wait(timeout)
     logs = sorted(glob.glob(os.path.join(workdir, "driver-*.log")))
     assert code == 0, f"driver failed ({code}):\n{open(logs[-1]).read()[-5000:]}"
@@ -101,13 +120,14 @@ def wait_for(path: str, driver: subprocess.Popen, timeout: float = 300) -> str:
 
 
 @pytest.mark.parametrize("adapter", ["partition", "group", "tws"])
-def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluster, tmp_path, adapter):
+def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluster, start_driver, tmp_path,
+                                                                         adapter):
     """Four state partitions on two one-core executors (no locality wait): partitions run on
     both over the batches; in batch 3 the executor holding partition 1 is SIGKILLed while
     that task is inside the batch, and the attempt runs again elsewhere."""
     workdir = str(tmp_path)
     batches = write_input(workdir, 7)
-    driver = start_driver(cluster, workdir, adapter, "--hold-batch", "3", "--hold-partition", "1")
+    driver = start_driver(adapter, "--hold-batch", "3", "--hold-partition", "1")
     held_on = int(wait_for(os.path.join(workdir, "held"), driver))
     assert cluster.kill_executor(held_on), f"no executor of worker {held_on} to kill"
     open(os.path.join(workdir, "release"), "w").close()
@@ -122,11 +142,10 @@ def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluste
     assert sum(1 for b, p, _, _ in ran if (b, p) == (3, 1)) >= 2, "the killed task never ran again"
 
 
-def test_a_worker_lost_for_good_and_a_new_one_joining(cluster, tmp_path):
+def test_a_worker_lost_for_good_and_a_new_one_joining(cluster, start_driver, tmp_path):
     workdir = str(tmp_path)
     batches = write_input(workdir, 6, seed=2)
-    driver = start_driver(cluster, workdir, "partition", "--hold-batch", "2", "--hold-partition", "0",
-                          "--hold-every-attempt")
+    driver = start_driver("partition", "--hold-batch", "2", "--hold-partition", "0", "--hold-every-attempt")
     held_on = int(wait_for(os.path.join(workdir, "held"), driver))
     cluster.kill_worker(held_on)  # its executor and its local copies are gone with it
     joined = cluster.add_worker()
@@ -140,19 +159,19 @@ def test_a_worker_lost_for_good_and_a_new_one_joining(cluster, tmp_path):
     assert any(w == joined.index for *_, w in markers(workdir)), "the new worker never ran a task"
 
 
-def test_the_driver_killed_and_restarted(cluster, tmp_path):
+def test_the_driver_killed_and_restarted(start_driver, tmp_path):
     workdir = str(tmp_path)
     batches = write_input(workdir, 6, seed=3)
-    driver = start_driver(cluster, workdir, "group", "--hold-batch", "3", "--hold-partition", "2")
+    driver = start_driver("group", "--hold-batch", "3", "--hold-partition", "2")
     wait_for(os.path.join(workdir, "held"), driver)
     os.killpg(driver.pid, signal.SIGKILL)  # the driver dies in the middle of batch 3
     driver.wait()
     open(os.path.join(workdir, "release"), "w").close()
-    finish(start_driver(cluster, workdir, "group"), workdir)  # the same checkpoint, a new driver
+    finish(start_driver("group"), workdir)  # the same checkpoint, a new driver
     assert actual_output(workdir) == expected_output(batches)
 
 
-def test_speculative_attempts_of_one_partition(cluster, tmp_path):
+def test_speculative_attempts_of_one_partition(start_driver, tmp_path):
     """Speculation on: attempt 0 of a partition stalls, Spark starts attempt 1 of it on the
     other executor while 0 still runs, and the batch commits what one of them prepared.
     Every attempt of that task holds until released: on a loaded machine Spark may start
@@ -161,7 +180,7 @@ def test_speculative_attempts_of_one_partition(cluster, tmp_path):
     workdir = str(tmp_path)
     batches = write_input(workdir, 5, seed=4)
     driver = start_driver(
-        cluster, workdir, "partition", "--speculation", "--hold-batch", "2", "--hold-partition", "3", "--hold-every-attempt"
+        "partition", "--speculation", "--hold-batch", "2", "--hold-partition", "3", "--hold-every-attempt"
     )
     wait_for(os.path.join(workdir, "held"), driver)
     deadline = time.monotonic() + 300

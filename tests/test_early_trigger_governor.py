@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from shim_queries import LIMIT, FileStream, Held, batches, early, gate, report, shim_session, wait_until
+from shim_queries import LIMIT, FileStream, Held, batches, early, gated, report, shim_session, wait_until
 
 from spark_statestore.spark.signals import CROSSING
 
@@ -30,24 +30,24 @@ def session(classic_spark):
 def test_the_first_crossing_in_flight_wakes_the_query_once(session, tmp_path):
     from spark_statestore.spark.driver.jvm import query_trigger, wake
 
-    held = Held(session, tmp_path, {1})
-    held.stream.add("b")
-    assert wake(session, held.id)
-    held.running(1)
-    report(session, held.id, 1, 2, LIMIT + 1, kind=CROSSING)
-    report(session, held.id, 1, 3, LIMIT + 9, kind=CROSSING)  # the same batch: decided already
-    report(session, held.id, 1, 3, LIMIT + 9)  # and at its end
-    wait_until(lambda: query_trigger(session, held.id).wake_pending, what="the remembered wake")
-    held.stream.add("c")
-    held.release(1)
-    wait_until(lambda: batches(held.query) == [0, 1, 2], what="batch 2 right after batch 1")
-    assert early(held, 1) == {
-        "source": "in_flight", "partition": 2, "uncommitted_bytes": LIMIT + 1, "limit": LIMIT, "woken": True,
-        "reason": f"partition 2 had {LIMIT + 1} uncommitted bytes > limit {LIMIT} (in flight)",
-    }
-    assert early(held, 2) is None
-    assert query_trigger(session, held.id).early_wakes == 2  # the test's wake and the governor's
-    held.query.stop()
+    with Held(session, tmp_path, {1}) as held:
+        held.stream.add("b")
+        assert wake(session, held.id)
+        held.running(1)
+        report(session, held.id, 1, 2, LIMIT + 1, kind=CROSSING)
+        report(session, held.id, 1, 3, LIMIT + 9, kind=CROSSING)  # the same batch: decided already
+        report(session, held.id, 1, 3, LIMIT + 9)  # and at its end
+        wait_until(lambda: query_trigger(session, held.id).wake_pending, what="the remembered wake")
+        held.stream.add("c")
+        held.release(1)
+        wait_until(lambda: batches(held.query) == [0, 1, 2], what="batch 2 right after batch 1")
+        assert early(held, 1) == {
+            "source": "in_flight", "partition": 2, "uncommitted_bytes": LIMIT + 1, "limit": LIMIT,
+            "woken": True,
+            "reason": f"partition 2 had {LIMIT + 1} uncommitted bytes > limit {LIMIT} (in flight)",
+        }
+        assert early(held, 2) is None
+        assert query_trigger(session, held.id).early_wakes == 2  # the test's wake and the governor's
 
 
 @pytest.mark.spark
@@ -56,19 +56,19 @@ def test_end_of_task_reports_decide_when_the_batch_ends(session, tmp_path):
     also when the receiver's thread had not handled them yet."""
     from spark_statestore.spark.driver.jvm import wake
 
-    held = Held(session, tmp_path, {1})
-    held.stream.add("b")
-    assert wake(session, held.id)
-    held.running(1)
-    for partition, size in ((0, 10), (1, LIMIT + 100), (2, LIMIT + 50)):
-        report(session, held.id, 1, partition, size)
-    held.stream.add("c")
-    held.release(1)
-    wait_until(lambda: batches(held.query) == [0, 1, 2], what="batch 2 right after batch 1")
-    decided = early(held, 1)
-    assert (decided["source"], decided["partition"], decided["uncommitted_bytes"]) == ("end_of_batch", 1, LIMIT + 100)
-    assert decided["reason"].endswith("(end of batch)")
-    held.query.stop()
+    with Held(session, tmp_path, {1}) as held:
+        held.stream.add("b")
+        assert wake(session, held.id)
+        held.running(1)
+        for partition, size in ((0, 10), (1, LIMIT + 100), (2, LIMIT + 50)):
+            report(session, held.id, 1, partition, size)
+        held.stream.add("c")
+        held.release(1)
+        wait_until(lambda: batches(held.query) == [0, 1, 2], what="batch 2 right after batch 1")
+        decided = early(held, 1)
+        assert (decided["source"], decided["partition"], decided["uncommitted_bytes"]) == (
+            "end_of_batch", 1, LIMIT + 100)
+        assert decided["reason"].endswith("(end of batch)")
 
 
 @pytest.mark.spark
@@ -78,26 +78,25 @@ def test_a_run_of_early_batches_goes_on_while_a_whole_interval_would_cross(sessi
     run, and the interval comes back (a task without a limit never crosses it)."""
     from spark_statestore.spark.driver.jvm import query_trigger, wake
 
-    held = Held(session, tmp_path, {1, 2, 3})
-    held.stream.add("b")
-    assert wake(session, held.id)
-    peaks = {1: [LIMIT + 1], 2: [LIMIT // 5], 3: [0, 0]}
-    for batch, sizes in peaks.items():
-        held.running(batch)
-        for partition, size in enumerate(sizes):
-            report(session, held.id, batch, partition, size)
-        if batch == 3:
-            report(session, held.id, batch, 5, 1 << 40, limit=-1)  # no limit: never a crossing
-        held.stream.add(f"after-{batch}")
-        held.release(batch)
-    wait_until(lambda: held.stream.batch_file(3) is not None, what="the file of batch 3")
-    assert early(held, 1)["source"] == "end_of_batch"
-    second = early(held, 2)
-    assert (second["source"], second["woken"]) == ("projected", True)
-    assert "over a whole trigger interval" in second["reason"] and second["uncommitted_bytes"] > LIMIT
-    assert early(held, 3) is None  # a whole interval of nothing stays under the limit
-    assert batches(held.query) == [0, 1, 2, 3] and not query_trigger(session, held.id).wake_pending
-    held.query.stop()
+    with Held(session, tmp_path, {1, 2, 3}) as held:
+        held.stream.add("b")
+        assert wake(session, held.id)
+        peaks = {1: [LIMIT + 1], 2: [LIMIT // 5], 3: [0, 0]}
+        for batch, sizes in peaks.items():
+            held.running(batch)
+            for partition, size in enumerate(sizes):
+                report(session, held.id, batch, partition, size)
+            if batch == 3:
+                report(session, held.id, batch, 5, 1 << 40, limit=-1)  # no limit: never a crossing
+            held.stream.add(f"after-{batch}")
+            held.release(batch)
+        wait_until(lambda: held.stream.batch_file(3) is not None, what="the file of batch 3")
+        assert early(held, 1)["source"] == "end_of_batch"
+        second = early(held, 2)
+        assert (second["source"], second["woken"]) == ("projected", True)
+        assert "over a whole trigger interval" in second["reason"] and second["uncommitted_bytes"] > LIMIT
+        assert early(held, 3) is None  # a whole interval of nothing stays under the limit
+        assert batches(held.query) == [0, 1, 2, 3] and not query_trigger(session, held.id).wake_pending
 
 
 @pytest.mark.spark
@@ -126,28 +125,27 @@ def test_a_batch_re_run_after_a_restart_in_the_same_session_is_woken(session, tm
 
     stream = FileStream(tmp_path / "stream")
     control = tmp_path / "control"
-    control.mkdir()
     stream.add("small")
-    query = stream.start(session, gate(control, {1}, session.target))
-    wait_until(lambda: stream.batch_file(0) is not None, what="batch 0")
-    before = signal_stats(session)
-    stream.add("big")
-    assert wake(session, query.id)
-    wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
-    wait_until(lambda: signal_stats(session).get("accepted", 0) == before.get("accepted", 0) + 1,
-               what="the first run's crossing")
-    query.stop()  # batch 1 never ends in this run
-    (control / "running-1").unlink()
-    (control / "release-1").touch()
-    stream.add("small")
-    restarted = stream.start(session, gate(control, {1}, session.target))
-    wait_until(lambda: batches(restarted) == [1, 2], what="the re-run batch 1, then batch 2 at once")
-    decided = stream.batch_file(1)["early_trigger"]
-    assert (decided["source"], decided["woken"]) == ("in_flight", True)
-    stats = signal_stats(session)
-    assert stats.get("accepted", 0) == before.get("accepted", 0) + 2
-    assert stats.get("replayed", 0) == before.get("replayed", 0)
-    restarted.stop()
+    with gated(session, control, {1}, session.target) as hold:
+        query = stream.start(session, hold)
+        wait_until(lambda: stream.batch_file(0) is not None, what="batch 0")
+        before = signal_stats(session)
+        stream.add("big")
+        assert wake(session, query.id)
+        wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
+        wait_until(lambda: signal_stats(session).get("accepted", 0) == before.get("accepted", 0) + 1,
+                   what="the first run's crossing")
+        query.stop()  # batch 1 never ends in this run
+        (control / "running-1").unlink()
+        (control / "release-1").touch()
+        stream.add("small")
+        restarted = stream.start(session, hold)
+        wait_until(lambda: batches(restarted) == [1, 2], what="the re-run batch 1, then batch 2 at once")
+        decided = stream.batch_file(1)["early_trigger"]
+        assert (decided["source"], decided["woken"]) == ("in_flight", True)
+        stats = signal_stats(session)
+        assert stats.get("accepted", 0) == before.get("accepted", 0) + 2
+        assert stats.get("replayed", 0) == before.get("replayed", 0)
 
 
 @pytest.mark.versioned
@@ -196,7 +194,7 @@ def test_every_batch_has_a_file_with_what_the_driver_saw(session, tmp_path):
         session.readStream.format("text").load(str(other / "input")).writeStream.format("noop")
         .option("checkpointLocation", str(other / "checkpoint")).trigger(availableNow=True).start()
     )
-    assert plain.awaitTermination(600)
+    assert plain.awaitTermination(300)
     assert not (other / "checkpoint" / "statestore").exists()
 
 

@@ -12,6 +12,7 @@ would see a batch nobody woke. Waking works the same for any interval.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,10 +21,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from shim_queries import FileStream, batches, gate, shim_session, wait_until
+from shim_queries import FileStream, batches, gated, shim_session, wait_until
 
 from spark_statestore.spark.driver.jvm import ShimStatus
 from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED as ENABLED
@@ -113,7 +116,7 @@ def drivers(tmp_path_factory):
 
 def driver_result(drivers, mode: str) -> tuple[dict, str]:
     """The driver's JSON line and its stderr (the driver log)."""
-    out, err = drivers[mode].communicate(timeout=900)
+    out, err = drivers[mode].communicate(timeout=540)  # more than the driver's own bound (shim_driver.py)
     assert drivers[mode].returncode == 0, f"driver {mode} failed:\n{err[-4000:]}"
     return json.loads(out.strip().splitlines()[-1]), err
 
@@ -210,22 +213,24 @@ def test_a_woken_trigger_that_ran_no_batch_looks_again_soon(session):
     assert clock.waitTillTime(target) >= target and clock.polls() == 8
 
 
-def batch_1_running(session, tmp_path):
+@contextlib.contextmanager
+def batch_1_running(session, tmp_path) -> Iterator[tuple[FileStream, Path, Any]]:
     """A query that ran batch 0 over `a`, woken for batch 1 over `b`, which it holds running
-    (until `release-1` in the control directory); `c` waits for batch 2."""
+    (until `release-1` in the control directory); `c` waits for batch 2. Leaving the block
+    releases batch 1 and stops the query (`gated`)."""
     from spark_statestore.spark.driver.jvm import wake
 
     stream = FileStream(tmp_path / "stream")
     control = tmp_path / "control"
-    control.mkdir()
     stream.add("a")
-    query = stream.start(session, gate(control, {1}))
-    wait_until(lambda: batches(query) == [0], what="batch 0")
-    stream.add("b")
-    assert wake(session, query.id)
-    wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
-    stream.add("c")
-    return stream, control, query
+    with gated(session, control, {1}) as hold:
+        query = stream.start(session, hold)
+        wait_until(lambda: batches(query) == [0], what="batch 0")
+        stream.add("b")
+        assert wake(session, query.id)
+        wait_until(lambda: (control / "running-1").exists(), what="batch 1 running")
+        stream.add("c")
+        yield stream, control, query
 
 
 def test_a_wake_for_a_batch_that_ran_already_is_dropped(session):
@@ -273,21 +278,21 @@ def test_a_real_query_drops_a_stale_wake_and_polls_after_an_empty_woken_trigger(
     runs a batch with no other wake."""
     from spark_statestore.spark.driver.jvm import query_trigger, wake
 
-    stream, control, query = batch_1_running(session, tmp_path)
-    assert wake(session, query.id, after_batch=0)  # late: batch 1 is the batch it was for
-    (control / "release-1").touch()
-    wait_until(lambda: query_trigger(session, query.id).dropped_wakes == 1, what="the stale wake dropped")
-    assert batches(query) == [0, 1] and not query_trigger(session, query.id).wake_pending
-    assert wake(session, query.id, after_batch=1)
-    wait_until(lambda: batches(query) == [0, 1, 2], what="batch 2, woken for")
+    with batch_1_running(session, tmp_path) as (stream, control, query):
+        assert wake(session, query.id, after_batch=0)  # late: batch 1 is the batch it was for
+        (control / "release-1").touch()
+        wait_until(lambda: query_trigger(session, query.id).dropped_wakes == 1, what="the stale wake dropped")
+        assert batches(query) == [0, 1] and not query_trigger(session, query.id).wake_pending
+        assert wake(session, query.id, after_batch=1)
+        wait_until(lambda: batches(query) == [0, 1, 2], what="batch 2, woken for")
 
-    assert wake(session, query.id, after_batch=2)  # no input for batch 3 yet
-    wait_until(lambda: query_trigger(session, query.id).polls >= 1, what="a poll after the empty woken trigger")
-    stream.add("d")  # lands while the query polls (six polls over about 6 s)
-    wait_until(lambda: batches(query) == [0, 1, 2, 3], what="batch 3, found by a poll")
-    trigger = query_trigger(session, query.id)
-    assert (trigger.early_wakes, trigger.dropped_wakes) == (3, 1)
-    query.stop()
+        assert wake(session, query.id, after_batch=2)  # no input for batch 3 yet
+        wait_until(lambda: query_trigger(session, query.id).polls >= 1,
+                   what="a poll after the empty woken trigger")
+        stream.add("d")  # lands while the query polls (six polls over about 6 s)
+        wait_until(lambda: batches(query) == [0, 1, 2, 3], what="batch 3, found by a poll")
+        trigger = query_trigger(session, query.id)
+        assert (trigger.early_wakes, trigger.dropped_wakes) == (3, 1)
 
 
 @pytest.mark.spark
@@ -318,11 +323,10 @@ def test_only_the_woken_query_runs_its_next_batch(session, tmp_path):
 def test_a_wake_during_a_batch_starts_the_next_batch_when_it_ends(session, tmp_path):
     from spark_statestore.spark.driver.jvm import wake
 
-    stream, control, query = batch_1_running(session, tmp_path)
-    assert wake(session, query.id)  # while batch 1 runs: remembered for the wait after it
-    (control / "release-1").touch()
-    wait_until(lambda: batches(query) == [0, 1, 2], what="batch 2 right after batch 1")
-    query.stop()
+    with batch_1_running(session, tmp_path) as (stream, control, query):
+        assert wake(session, query.id)  # while batch 1 runs: remembered for the wait after it
+        (control / "release-1").touch()
+        wait_until(lambda: batches(query) == [0, 1, 2], what="batch 2 right after batch 1")
 
 
 @pytest.mark.spark
@@ -366,16 +370,16 @@ def test_trigger_kinds_of_queries_that_never_wait(session, tmp_path):
     query.stop()
 
     control = tmp_path / "control"
-    control.mkdir()
     once = FileStream(tmp_path / "available-now")
     once.add("a")
-    query = once.start(session, gate(control, {0}), availableNow=True)
-    wait_until(lambda: (control / "running-0").exists(), what="the availableNow batch running")
-    trigger = query_trigger(session, query.id)
-    assert (trigger.kind, trigger.wakeable) == ("availableNow", False)
-    assert wake(session, query.id) is False
-    (control / "release-0").touch()
-    assert query.awaitTermination(600)
+    with gated(session, control, {0}) as hold:
+        query = once.start(session, hold, availableNow=True)
+        wait_until(lambda: (control / "running-0").exists(), what="the availableNow batch running")
+        trigger = query_trigger(session, query.id)
+        assert (trigger.kind, trigger.wakeable) == ("availableNow", False)
+        assert wake(session, query.id) is False
+        (control / "release-0").touch()
+        assert query.awaitTermination(300)
     wait_until(lambda: query_trigger(session, query.id) is None, what="the ended run forgotten")
 
 

@@ -182,7 +182,7 @@ def test_isolation_levels_while_a_batch_is_held_open(spark, job):
 
     checkpoint, query = _run(spark, job, BATCHES[:2], sink=sink, wait=False)
     try:
-        assert _wait_for_file(held, timeout=600), "batch 1 never reached the sink"
+        assert _wait_for_file(held, timeout=300), "batch 1 never reached the sink"
         committed = _read(spark, checkpoint, store="totals", isolationLevel="READ_COMMITTED")
         uncommitted = _read(spark, checkpoint, store="totals", isolationLevel="READ_UNCOMMITTED")
         assert dict(zip(committed["key"], committed["value"], strict=True)) == _totals_after(BATCHES[:1])
