@@ -25,7 +25,7 @@ from pathlib import Path
 LISTENER = "io.sparkstatestore.shim.EarlyTriggerListener"
 # the whole run's bound on a hang (the drivers run beside the other Spark tests): less than
 # the test's wait for this process, so that a wait that ran out shows in the result
-DEADLINE = time.monotonic() + 400
+DEADLINE = time.monotonic() + 480
 
 
 def wait_for(predicate) -> None:
