@@ -143,11 +143,11 @@ class LocalPartitionDir:
         a sweep lets a copy sit idle, see `sweep_idle_copies`)."""
         fd = self._lock_fd
         if fd is not None:
-            self._lock_fd = None
             try:
-                os.utime(fd)
+                self.touch()
             except OSError:  # the time is a hint for sweeps: letting go must not fail on it
                 pass
+            self._lock_fd = None
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
