@@ -74,12 +74,19 @@ def test_a_missing_tws_client_module_is_named(monkeypatch):
         compat.check_internals()
 
 
-@pytest.mark.parametrize("fact", ["row_transform_with_state", "connect_transform_with_state"])
-def test_an_operator_fact_that_does_not_hold_is_named(monkeypatch, fact):
+@pytest.mark.parametrize(
+    "fact, method",
+    [
+        ("row_transform_with_state", "transformWithState"),
+        ("connect_transform_with_state", "transformWithState"),
+        ("reader_filter_pushdown", "pushFilters"),
+    ],
+)
+def test_a_capability_fact_that_does_not_hold_is_named(monkeypatch, fact, method):
     facts = dataclasses.replace(compat.FACTS, **{fact: not getattr(compat.FACTS, fact)})
     monkeypatch.setitem(minors.MINORS, minors.minor_of(pyspark.__version__), facts)
     name = fact.upper()
-    with pytest.raises(compat.PysparkInternalError, match=f"{name}.*(has|lacks) transformWithState"):
+    with pytest.raises(compat.PysparkInternalError, match=f"{name}.*(has|lacks) {method}"):
         compat.check_internals()
 
 

@@ -82,21 +82,28 @@ def window_parts(stored: pa.Array, retain_duplicates: bool) -> tuple[pa.Array, p
 
 
 def store_columns(
-    db: Any, spec: StoreSpec, chunk: int = CHUNK, changelogs: Sequence[Any] = ()
+    db: Any, spec: StoreSpec, chunk: int = CHUNK, changelogs: Sequence[Any] = (),
+    keys: tuple[bytes | None, bytes | None] = (None, None),
 ) -> Iterator[StoreColumns]:
     """The records of store `spec` in `db` (a loaded `TransactionalDatabase` nothing else
     writes to) with the verified `changelogs` after its version merged in, in key order,
-    about `chunk` records at a time."""
+    about `chunk` records at a time. `keys`: the stored keys `lo <= key < hi` (None: open)
+    a key-value store's scan is limited to (a window store's is not: its keys lead with
+    the window's start)."""
     store = db.open_store(spec)  # checks the store's recorded kind against `spec`
     cf = db.db.column_family(spec.name)
     overlay = Overlay.of(changelogs, spec.name)
     window = spec.window_spec
+    lo, hi = keys
+    if window is None and lo is not None and hi is not None and lo >= hi:
+        return  # no key is in the range
     if spec.ttl is not None:
-        yield from _ttl_columns(cf, overlay, overlay.latest(CLOCK_KEY, store.get(CLOCK_KEY)), chunk)
+        clock = overlay.latest(CLOCK_KEY, store.get(CLOCK_KEY))
+        yield from _ttl_columns(cf, overlay, clock, chunk, ENTRY + (lo or b""), INDEX if hi is None else ENTRY + hi)
         return
     if window is None:
-        for keys, values in overlay.merge(scan_chunks(cf, None, None, chunk), None, None):
-            yield StoreColumns(keys, values)
+        for stored, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
+            yield StoreColumns(stored, values)
         return
     live_from = max(0, overlay.stream_time(store.observed_stream_time) - store.retention_period + 1)
     lo, hi = ws_bytes(live_from), ws_bytes(MAX_TIME + 1)
@@ -105,11 +112,14 @@ def store_columns(
         yield StoreColumns(user_keys, values, starts)
 
 
-def _ttl_columns(cf: Any, overlay: "Overlay", clock: bytes | None, chunk: int) -> Iterator[StoreColumns]:
-    """A TTL store's live entries (`clock`: its stored clock, None: never moved), as
-    `TtlKeyValueStore` reads them: an entry is live while its expiry bytes sort above the clock's."""
+def _ttl_columns(
+    cf: Any, overlay: "Overlay", clock: bytes | None, chunk: int, lo: bytes, hi: bytes
+) -> Iterator[StoreColumns]:
+    """A TTL store's live entries between its stored keys `lo` and `hi` (`clock`: its stored
+    clock, None: never moved), as `TtlKeyValueStore` reads them: an entry is live while its
+    expiry bytes sort above the clock's."""
     now = pa.scalar(time_bytes(-1) if clock is None else clock[:8], pa.binary())
-    for keys, values in overlay.merge(scan_chunks(cf, ENTRY, INDEX, chunk), ENTRY, INDEX):
+    for keys, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
         live = pc.greater(pc.binary_slice(values, 0, 8), now)
         if not pc.all(live).as_py():
             keys, values = keys.filter(live), values.filter(live)

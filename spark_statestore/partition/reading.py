@@ -93,6 +93,15 @@ class StateLocation:
             )
         )
 
+    @property
+    def committed_partitions(self) -> tuple[int, ...]:
+        """The partitions each committed batch of this generation wrote a changelog for: all
+        of its recorded partition count (one whose files are gone is still read, and fails
+        naming what is missing, instead of being left out), or where the layout has no
+        count, those with durable state now."""
+        counts = [g.partitions for g in self.layout.history if g.number == self.generation_number]
+        return tuple(range(counts[0])) if counts and counts[0] is not None else self.partitions
+
     def store(self, name: str) -> StoreSpec:
         for spec in self.layout.stores:
             if spec.name == name:
@@ -233,10 +242,12 @@ class VersionReader:
         for windowed, value in store.all():
             yield windowed.key, value, windowed.window.start
 
-    def columns(self, spec: StoreSpec, chunk: int = CHUNK) -> Iterator[StoreColumns]:
+    def columns(
+        self, spec: StoreSpec, chunk: int = CHUNK, keys: tuple[bytes | None, bytes | None] = (None, None)
+    ) -> Iterator[StoreColumns]:
         """The same records as `records`, in the same order, as Arrow columns `chunk`
-        records at a time, read in bulk (see `columnar`)."""
-        return store_columns(self._loaded(), spec, chunk, self.pending)
+        records at a time, read in bulk (see `columnar`; `keys`: `store_columns`' range)."""
+        return store_columns(self._loaded(), spec, chunk, self.pending, keys)
 
     def _loaded(self) -> TransactionalDatabase:
         if self.db is None:

@@ -55,6 +55,9 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
 * `ROW_TRANSFORM_WITH_STATE` (a capability): the Row-based `transformWithState`, whose
   processor gets Rows (classic and Connect), from 4.1 (`PysparkMinor.row_transform_with_state`);
   a `StoreProcessor` runs in it unchanged.
+* `READER_FILTER_PUSHDOWN` (a capability): Python data source readers take Spark's filters
+  (`DataSourceReader.pushFilters`) from 4.1, where `spark.sql.python.filterPushdown.enabled`
+  is on (a reader that defines `pushFilters` fails without it): `register_reader` turns it on.
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ __all__ = [
     "run_at_task_end",
 ]
 
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"  # see READER_FILTER_PUSHDOWN
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 

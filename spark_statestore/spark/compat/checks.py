@@ -94,7 +94,8 @@ def _defines(name: str, parts: tuple[str, ...], method: str) -> bool:
 
 def _check_operators(facts: PysparkMinor) -> None:
     """Which stateful operators this pyspark has: transformWithStateInPandas in the Spark
-    Connect client, and the Row-based transformWithState (classic and Connect)."""
+    Connect client, and the Row-based transformWithState (classic and Connect); and whether
+    its Python data source readers take filters."""
     checks = [
         ("CONNECT_TRANSFORM_WITH_STATE", ("sql", "connect", "group.py"), "transformWithStateInPandas",
          facts.connect_transform_with_state),
@@ -102,6 +103,7 @@ def _check_operators(facts: PysparkMinor) -> None:
          facts.row_transform_with_state),
         ("ROW_TRANSFORM_WITH_STATE", ("sql", "connect", "group.py"), "transformWithState",
          facts.row_transform_with_state),
+        ("READER_FILTER_PUSHDOWN", ("sql", "datasource.py"), "pushFilters", facts.reader_filter_pushdown),
     ]
     for name, parts, method, expected in checks:
         has = _defines(name, parts, method)

@@ -47,11 +47,14 @@ class PysparkMinor:
     # the Row-based transformWithState (classic `pyspark.sql.pandas.group_ops` and the
     # Spark Connect client), 4.1+
     row_transform_with_state: bool
+    # Python data source readers take Spark's filters (`DataSourceReader.pushFilters`, with
+    # `spark.sql.python.filterPushdown.enabled`), 4.1+
+    reader_filter_pushdown: bool
 
 
 def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_admission_control: bool,
            offline_repartition: bool, connect_transform_with_state: bool = True,
-           row_transform_with_state: bool = True) -> PysparkMinor:
+           row_transform_with_state: bool = True, reader_filter_pushdown: bool = True) -> PysparkMinor:
     """A minor's facts; what no supported minor changed is the same for all."""
     return PysparkMinor(
         task_function=task_function,
@@ -64,6 +67,7 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_adm
         offline_repartition=offline_repartition,
         connect_transform_with_state=connect_transform_with_state,
         row_transform_with_state=row_transform_with_state,
+        reader_filter_pushdown=reader_filter_pushdown,
     )
 
 
@@ -75,7 +79,8 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_adm
 # `stream_admission_control` says).
 MINORS: dict[str, PysparkMinor] = {
     "4.0": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
-                  offline_repartition=False, connect_transform_with_state=False, row_transform_with_state=False),
+                  offline_repartition=False, connect_transform_with_state=False, row_transform_with_state=False,
+                  reader_filter_pushdown=False),
     "4.1": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
                   offline_repartition=False),
     "4.2": _minor(

@@ -13,6 +13,7 @@ from pyspark.sql.types import StructType
 from spark_statestore.partition.columnar import ChangeColumns
 from spark_statestore.partition.reading import change_columns
 from spark_statestore.spark.reader.columns import Column, column_for, decode_arrow, value_column
+from spark_statestore.spark.reader.filters import TakesFilters
 from spark_statestore.spark.reader.request import ReadRequest, int_option
 
 
@@ -66,8 +67,9 @@ def change_range(request: ReadRequest) -> tuple[int, int]:
     return start, end
 
 
-class ChangeFeedReader(ChangesReader, DataSourceReader):
-    """`readChangeFeed=true`: the changes of a range of committed batches."""
+class ChangeFeedReader(TakesFilters, ChangesReader, DataSourceReader):
+    """`readChangeFeed=true`: the changes of a range of committed batches (of the partitions,
+    and only the rows, Spark's filters may keep: see `filters`)."""
 
     def __init__(self, request: ReadRequest, schema: StructType) -> None:
         self.request = request
@@ -76,7 +78,12 @@ class ChangeFeedReader(ChangesReader, DataSourceReader):
         self.value = value_column(request.spec)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(p) for p in self.request.state.at_batch(self.start).partitions]
+        return [InputPartition(p) for p in self.pushed.partitions(self.request.state.at_batch(self.start).committed_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return self._change_rows(partition.value, self.start, self.end)
+        if self.pruned(partition):
+            return
+        for batch in self._change_rows(partition.value, self.start, self.end):
+            kept = self.pushed.keeps(batch)
+            if len(kept):
+                yield kept

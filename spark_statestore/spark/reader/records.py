@@ -12,12 +12,14 @@ from pyspark.sql.types import StructType
 from spark_statestore.partition.columnar import StoreColumns
 from spark_statestore.partition.reading import MERGE_RECORDS, VersionReader, uncommitted_version
 from spark_statestore.spark.reader.columns import column_for, decode_arrow, value_column
+from spark_statestore.spark.reader.filters import TakesFilters
 from spark_statestore.spark.reader.request import ReadRequest, default_isolation, int_option, option
 from spark_statestore.txn.isolation import IsolationLevel
 
 
-class RecordsReader(DataSourceReader):
-    """Every record of the store at one version, one input partition per state partition."""
+class RecordsReader(TakesFilters, DataSourceReader):
+    """Every record of the store at one version, one input partition per state partition
+    (those Spark's filters may keep: see `filters`)."""
 
     def __init__(self, request: ReadRequest, schema: StructType) -> None:
         self.request = request
@@ -40,17 +42,22 @@ class RecordsReader(DataSourceReader):
         self.value = value_column(request.spec)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(p) for p in self.state.partitions]
+        return [InputPartition(p) for p in self.pushed.partitions(self.state.committed_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.pruned(partition):
+            return
         state, spec = self.state, self.request.spec
         number = partition.value
         version = self.version
         if self.isolation is IsolationLevel.READ_UNCOMMITTED:
             version = uncommitted_version(state, number, version)
+        keys = self.pushed.key_range(spec.key_serde)
         with VersionReader(state, number, version, self.committed, merge_records=MERGE_RECORDS) as reader:
-            for chunk in reader.columns(spec):
-                yield self._batch(number, chunk)
+            for chunk in reader.columns(spec, keys=keys):
+                batch = self.pushed.keeps(self._batch(number, chunk))
+                if len(batch):
+                    yield batch
 
     def _batch(self, partition: int, chunk: StoreColumns) -> pa.RecordBatch:
         """One Arrow batch of rows, decoded in bulk (see `columns.decode_arrow`)."""

@@ -89,7 +89,12 @@ class StateMetadataDataSource(DataSource):
 def register_reader(spark: Any) -> None:
     """Register the `spark_statestore`, `spark_statestore_metadata` and
     `spark_statestore_metrics` formats in a session
-    (as its active session: see `compat.active_session`)."""
+    (as its active session: see `compat.active_session`). Where pyspark's readers take
+    filters (4.1+), it turns on `spark.sql.python.filterPushdown.enabled` in the session:
+    the `spark_statestore` reader takes them (see `filters`), and Spark refuses such a
+    reader while that setting is off."""
+    if compat.FACTS.reader_filter_pushdown:
+        spark.conf.set(compat.FILTER_PUSHDOWN_CONF, "true")
     with compat.active_session(spark):
         spark.dataSource.register(StateStoreDataSource)
         spark.dataSource.register(StateMetadataDataSource)
