@@ -198,16 +198,22 @@ def test_every_batch_has_a_file_with_what_the_driver_saw(session, tmp_path):
     assert not (other / "checkpoint" / "statestore").exists()
 
 
+def _shim_class(session, name: str):
+    """A class of the driver's shim jar (package-private: reached by reflection)."""
+    from spark_statestore.spark.driver.jvm import _facade
+
+    facade, _ = _facade(session, load=False)
+    return facade.getClass().getClassLoader().loadClass(f"io.sparkstatestore.shim.{name}")
+
+
 def _last_limits(session, checkpoint: Path) -> dict[str, int]:
     """What the driver's shim finds as the last admission limits under `checkpoint` (for a
     run in a new driver process): `BatchFiles.lastLimits`, reached by reflection (the record
     is package-private)."""
     from spark_statestore.spark.compat import driver_jvm, py4j_gateway
-    from spark_statestore.spark.driver.jvm import _facade
 
     gateway, jvm = py4j_gateway(session), driver_jvm(session)
-    facade, _ = _facade(session, load=False)
-    batch_files = facade.getClass().getClassLoader().loadClass("io.sparkstatestore.shim.BatchFiles")
+    batch_files = _shim_class(session, "BatchFiles")
     [constructor] = batch_files.getDeclaredConstructors()
     constructor.setAccessible(True)
     arguments = gateway.new_array(jvm.java.lang.Object, 3)
@@ -219,6 +225,10 @@ def _last_limits(session, checkpoint: Path) -> dict[str, int]:
     return dict(method.invoke(files, gateway.new_array(jvm.java.lang.Object, 0)))
 
 
+def _admission(limit) -> str:
+    return json.dumps({"admission": [{"source": "files", "limit": limit}]})
+
+
 @pytest.mark.spark
 def test_the_last_limits_ignore_a_file_named_with_more_digits_than_a_batch_id(session, tmp_path):
     """A file of 19 or more digits among the batch files is foreign: the limits are those of
@@ -226,12 +236,28 @@ def test_the_last_limits_ignore_a_file_named_with_more_digits_than_a_batch_id(se
     failed, and a run in a new driver started without the last limits)."""
     directory = tmp_path / "statestore" / "_batches"
     directory.mkdir(parents=True)
-
-    def admission(limit: int) -> str:
-        return json.dumps({"admission": [{"source": "files", "limit": limit}]})
-
-    (directory / "4.json").write_text(admission(7))
-    (directory / "5.json").write_text(admission(9))
+    (directory / "4.json").write_text(_admission(7))
+    (directory / "5.json").write_text(_admission(9))
     for foreign in ("9" * 19, "1" + "0" * 18, "1" * 40):  # over a long, one that fits, far over
-        (directory / f"{foreign}.json").write_text(admission(1))
+        (directory / f"{foreign}.json").write_text(_admission(1))
     assert _last_limits(session, tmp_path) == {"files": 9}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("damaged", [
+    _admission(2**64 + 1),  # beyond a long (read as 1 before)
+    _admission("3"), _admission(1.5), _admission(True),  # not an integer (3, 1 and 1 before)
+    json.dumps({"admission": [{"limit": 3}]}),  # no source (the source "" before)
+    json.dumps({"admission": {"files": {"source": "files", "limit": 3}}}),  # not a list (its values before)
+    json.dumps({"admission": ["files"]}),  # an entry that is no object (-1, limit lifted, before)
+    _admission(3)[:-3],  # cut short
+], ids=["beyond-long", "string", "fraction", "boolean", "no-source", "not-a-list", "not-an-object", "cut"])
+def test_the_last_limits_skip_a_damaged_file_for_the_newest_good_one(session, tmp_path, damaged):
+    """A batch file whose admission is not what the shim writes is skipped: the limits are
+    those of the newest good file before it (before: a limit beyond a long wrapped round, a
+    string or a fraction was read as a number, and the good file's limits were lost)."""
+    directory = tmp_path / "statestore" / "_batches"
+    directory.mkdir(parents=True)
+    (directory / "4.json").write_text(_admission(7))
+    (directory / "5.json").write_text(damaged)
+    assert _last_limits(session, tmp_path) == {"files": 7}
