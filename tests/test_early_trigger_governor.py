@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from shim_queries import LIMIT, FileStream, Held, batches, early, gated, report, shim_session, wait_until
 
+from spark_statestore.spark import compat
 from spark_statestore.spark.signals import CROSSING
 
 
@@ -261,3 +262,49 @@ def test_the_last_limits_skip_a_damaged_file_for_the_newest_good_one(session, tm
     (directory / "4.json").write_text(_admission(7))
     (directory / "5.json").write_text(damaged)
     assert _last_limits(session, tmp_path) == {"files": 7}
+
+
+def _read_limits(session, method: str, *arguments):
+    """Calls the static `ReadLimits.<method>` of the driver's shim with `arguments`."""
+    from spark_statestore.spark.compat import driver_jvm, py4j_gateway
+
+    gateway, jvm = py4j_gateway(session), driver_jvm(session)
+    [found] = [m for m in _shim_class(session, "ReadLimits").getDeclaredMethods() if m.getName() == method]
+    found.setAccessible(True)
+    array = gateway.new_array(jvm.java.lang.Object, len(arguments))
+    for i, argument in enumerate(arguments):
+        array[i] = argument
+    return found.invoke(None, array)
+
+
+def _python_limit(session, max_rows: str):
+    """A Python data source's read limit (4.2+) of `max_rows`, as pyspark writes it."""
+    jvm = session.sparkContext._jvm
+    limit = jvm.org.apache.spark.sql.execution.datasources.v2.python.PythonStreamingSourceReadLimit
+    return limit(f'{{"_type": "ReadMaxRows", "max_rows": {max_rows}}}')
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not compat.FACTS.stream_admission_control, reason="no Python source admission control")
+def test_a_python_row_limit_beyond_a_long_bounds_nothing_a_long_counts(session):
+    """Python's ints are unbounded: a `ReadMaxRows` beyond a long is no bound beside ours
+    (before: NumberFormatException, and the source kept the user's limit alone), and a count
+    that is not a whole number is none (before: `1e20` was read as 1 row)."""
+    huge = _python_limit(session, "9" * 20)
+    assert _read_limits(session, "count", huge) == 2**63 - 1
+    assert json.loads(_read_limits(session, "bounded", None, "rows", 5, huge).json())["max_rows"] == 5
+    assert _read_limits(session, "count", _python_limit(session, "1e20")) == -1
+
+
+@pytest.mark.spark
+def test_a_file_source_offset_beyond_a_long_is_unreadable_like_a_missing_one(session):
+    """Spark writes a file source's logOffset as a long: a larger one fails as a missing one
+    does (NoSuchFieldException, naming the offset; before: a bare NumberFormatException)."""
+    from py4j.protocol import Py4JJavaError
+
+    offset = '{"logOffset": ' + "9" * 20 + "}"
+    with pytest.raises(Py4JJavaError) as raised:
+        _read_limits(session, "filesAdmitted", None, None, offset)
+    cause = raised.value.java_exception.getCause()
+    assert cause.getClass().getName() == "java.lang.NoSuchFieldException"
+    assert "beyond a long" in cause.getMessage() and offset in cause.getMessage()
