@@ -61,7 +61,9 @@ def _forwarder(spec: StoreSpec, on_changes: OnChanges) -> Callable[[list[Change]
     return lambda changes: on_changes(name, translate(changes))
 
 
-def rename_caches(cache: Any, root: str, names: Iterable[str], committed: VersionId, prepared: VersionId) -> None:
+def rename_caches(
+    cache: Any, root: str, names: Iterable[str], committed: VersionId, prepared: VersionId
+) -> None:
     """The caches of stores `names`, valid at `committed`, are valid at `prepared` once the
     batch's changelog holds what they hold."""
     for name in names:
