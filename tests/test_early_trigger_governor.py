@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from shim_queries import LIMIT, FileStream, Held, batches, early, gated, report, shim_session, wait_until
 
+from spark_statestore.spark import compat
 from spark_statestore.spark.signals import CROSSING
 
 
@@ -198,16 +199,22 @@ def test_every_batch_has_a_file_with_what_the_driver_saw(session, tmp_path):
     assert not (other / "checkpoint" / "statestore").exists()
 
 
+def _shim_class(session, name: str):
+    """A class of the driver's shim jar (package-private: reached by reflection)."""
+    from spark_statestore.spark.driver.jvm import _facade
+
+    facade, _ = _facade(session, load=False)
+    return facade.getClass().getClassLoader().loadClass(f"io.sparkstatestore.shim.{name}")
+
+
 def _last_limits(session, checkpoint: Path) -> dict[str, int]:
     """What the driver's shim finds as the last admission limits under `checkpoint` (for a
     run in a new driver process): `BatchFiles.lastLimits`, reached by reflection (the record
     is package-private)."""
     from spark_statestore.spark.compat import driver_jvm, py4j_gateway
-    from spark_statestore.spark.driver.jvm import _facade
 
     gateway, jvm = py4j_gateway(session), driver_jvm(session)
-    facade, _ = _facade(session, load=False)
-    batch_files = facade.getClass().getClassLoader().loadClass("io.sparkstatestore.shim.BatchFiles")
+    batch_files = _shim_class(session, "BatchFiles")
     [constructor] = batch_files.getDeclaredConstructors()
     constructor.setAccessible(True)
     arguments = gateway.new_array(jvm.java.lang.Object, 3)
@@ -219,6 +226,10 @@ def _last_limits(session, checkpoint: Path) -> dict[str, int]:
     return dict(method.invoke(files, gateway.new_array(jvm.java.lang.Object, 0)))
 
 
+def _admission(limit) -> str:
+    return json.dumps({"admission": [{"source": "files", "limit": limit}]})
+
+
 @pytest.mark.spark
 def test_the_last_limits_ignore_a_file_named_with_more_digits_than_a_batch_id(session, tmp_path):
     """A file of 19 or more digits among the batch files is foreign: the limits are those of
@@ -226,12 +237,74 @@ def test_the_last_limits_ignore_a_file_named_with_more_digits_than_a_batch_id(se
     failed, and a run in a new driver started without the last limits)."""
     directory = tmp_path / "statestore" / "_batches"
     directory.mkdir(parents=True)
-
-    def admission(limit: int) -> str:
-        return json.dumps({"admission": [{"source": "files", "limit": limit}]})
-
-    (directory / "4.json").write_text(admission(7))
-    (directory / "5.json").write_text(admission(9))
+    (directory / "4.json").write_text(_admission(7))
+    (directory / "5.json").write_text(_admission(9))
     for foreign in ("9" * 19, "1" + "0" * 18, "1" * 40):  # over a long, one that fits, far over
-        (directory / f"{foreign}.json").write_text(admission(1))
+        (directory / f"{foreign}.json").write_text(_admission(1))
     assert _last_limits(session, tmp_path) == {"files": 9}
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("damaged", [
+    _admission(2**64 + 1),  # beyond a long (read as 1 before)
+    _admission("3"), _admission(1.5), _admission(True),  # not an integer (3, 1 and 1 before)
+    json.dumps({"admission": [{"limit": 3}]}),  # no source (the source "" before)
+    json.dumps({"admission": {"files": {"source": "files", "limit": 3}}}),  # not a list (its values before)
+    json.dumps({"admission": ["files"]}),  # an entry that is no object (-1, limit lifted, before)
+    _admission(3)[:-3],  # cut short
+], ids=["beyond-long", "string", "fraction", "boolean", "no-source", "not-a-list", "not-an-object", "cut"])
+def test_the_last_limits_skip_a_damaged_file_for_the_newest_good_one(session, tmp_path, damaged):
+    """A batch file whose admission is not what the shim writes is skipped: the limits are
+    those of the newest good file before it (before: a limit beyond a long wrapped round, a
+    string or a fraction was read as a number, and the good file's limits were lost)."""
+    directory = tmp_path / "statestore" / "_batches"
+    directory.mkdir(parents=True)
+    (directory / "4.json").write_text(_admission(7))
+    (directory / "5.json").write_text(damaged)
+    assert _last_limits(session, tmp_path) == {"files": 7}
+
+
+def _read_limits(session, method: str, *arguments):
+    """Calls the static `ReadLimits.<method>` of the driver's shim with `arguments`."""
+    from spark_statestore.spark.compat import driver_jvm, py4j_gateway
+
+    gateway, jvm = py4j_gateway(session), driver_jvm(session)
+    [found] = [m for m in _shim_class(session, "ReadLimits").getDeclaredMethods() if m.getName() == method]
+    found.setAccessible(True)
+    array = gateway.new_array(jvm.java.lang.Object, len(arguments))
+    for i, argument in enumerate(arguments):
+        array[i] = argument
+    return found.invoke(None, array)
+
+
+def _python_limit(session, max_rows: str):
+    """A Python data source's read limit (4.2+) of `max_rows`, as pyspark writes it."""
+    jvm = session.sparkContext._jvm
+    limit = jvm.org.apache.spark.sql.execution.datasources.v2.python.PythonStreamingSourceReadLimit
+    return limit(f'{{"_type": "ReadMaxRows", "max_rows": {max_rows}}}')
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not compat.FACTS.stream_admission_control, reason="no Python source admission control")
+def test_a_python_row_limit_beyond_a_long_bounds_nothing_a_long_counts(session):
+    """Python's ints are unbounded: a `ReadMaxRows` beyond a long is no bound beside ours
+    (before: NumberFormatException, and the source kept the user's limit alone), and a count
+    that is not a whole number is none (before: `1e20` was read as 1 row)."""
+    huge = _python_limit(session, "9" * 20)
+    assert _read_limits(session, "count", huge) == 2**63 - 1
+    assert json.loads(_read_limits(session, "bounded", None, "rows", 5, huge).json())["max_rows"] == 5
+    assert _read_limits(session, "count", _python_limit(session, "1e20")) == -1
+
+
+@pytest.mark.spark
+def test_a_file_source_offset_beyond_a_long_is_unreadable_like_a_missing_one(session):
+    """Spark writes a file source's logOffset as a long: a larger one fails as a missing one
+    does (NoSuchFieldException, naming the offset; before: a bare NumberFormatException)."""
+    from py4j.protocol import Py4JJavaError
+
+    offset = '{"logOffset": ' + "9" * 20 + "}"
+    with pytest.raises(Py4JJavaError) as raised:
+        _read_limits(session, "filesAdmitted", None, None, offset)
+    cause = raised.value.java_exception.getCause()
+    assert cause.getClass().getName() == "java.lang.NoSuchFieldException"
+    assert "beyond a long" in cause.getMessage() and offset in cause.getMessage()

@@ -129,6 +129,18 @@ def test_a_handle_without_the_api_client_is_named():
         compat.event_time_watermark(object())
 
 
+def test_the_transform_with_state_eval_types_are_this_pyspark_s():
+    """Each operator's eval types are named as this pyspark names them (a renamed one would
+    leave a StoreProcessor's tasks without their operator's name), and outside a task's
+    unpickling there is no operator (the driver's processor keeps the one it was built with)."""
+    from pyspark.util import PythonEvalType
+
+    kinds = [k for k, name in compat._TRANSFORM_WITH_STATE.items()
+             if name == "transformWithStateInPandas" or compat.FACTS.row_transform_with_state]
+    assert all(isinstance(getattr(PythonEvalType, k, None), int) for k in kinds), kinds
+    assert compat.transform_with_state_operator() is None
+
+
 @pytest.mark.spark
 def test_accumulators_are_sent_after_the_output_and_before_success(spark, tmp_path):
     """What run_at_task_end relies on: its function runs once per task, after every output

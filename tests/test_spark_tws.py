@@ -73,6 +73,7 @@ def test_windowed_counts_match_the_batch_reference(spark, job, caplog):
     assert set(tasks["batch_id"]) == {int(n) for n in committed if n.isdigit()}
     assert set(tasks["partition"]) == {0, 1}
     assert (tasks["rows_written"] > 0).any()
+    assert (tasks["operator"] == "transformWithStateInPandas").all()
     recent = processor.metrics.recent(100)
     assert {"batch_id", "rows_written", "uncommitted_bytes_peak", "cache_hits", "open_seconds"} <= set(recent.columns)
     written = recent.set_index("batch_id").loc[3, "rows_written"]

@@ -19,7 +19,7 @@ import spark_jobs
 from pyspark.sql import Row
 
 from spark_statestore import Serdes
-from spark_statestore.spark import KeyValue, StoreProcessor, compat
+from spark_statestore.spark import KeyValue, StateStoreMetrics, StoreProcessor, compat
 
 pytestmark = [
     pytest.mark.spark,
@@ -96,3 +96,5 @@ def test_row_transform_with_state_counts_exactly_once_across_a_restart(spark, jo
     expected = reference(os.path.join(job, "checkpoint"))
     assert len({batch for _, batch, _ in expected}) == 6
     assert actual == expected
+    tasks = StateStoreMetrics(os.path.join(job, "checkpoint")).tasks()
+    assert len(tasks) > 0 and (tasks["operator"] == "transformWithState").all()  # not ...InPandas

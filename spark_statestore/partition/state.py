@@ -17,10 +17,8 @@ Version N is the state after batch N.
   commit while it waits (see `open_copies.py`: the local copy may run ahead of the
   committed version; `Recovery` never uses a copy that is not on the durable history).
 
-The record cache of a worker outlives a partition's open/close: a store's cached entries
-are kept in a named cache keyed by the identity of the version they are valid for
-(`<local root>/<store>@<version>`), so a cache filled by one attempt is never used at a
-version another attempt produced.
+The stores are behind the worker's record cache, kept across open/close by version
+(`cached_stores.py`).
 """
 
 from __future__ import annotations
@@ -33,14 +31,13 @@ from typing import Any, Callable, Sequence, cast
 
 import pyarrow.fs as pafs
 
-from spark_statestore.cache.change import Change
-from spark_statestore.cache.wrapping import cached
 from spark_statestore.checkpoint.changelog import ChangelogWriter, publish_changelog
 from spark_statestore.checkpoint.changelog_header import ChangelogHeader
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import commit_name, commits_dir, partition_dir
 from spark_statestore.errors import AttemptSupersededError, StateStoreError
 from spark_statestore.faults import fault_point
+from spark_statestore.partition.cached_stores import OnChanges, open_stores, rename_caches
 from spark_statestore.partition.generations import local_key
 from spark_statestore.partition.layout import Layout, current_generation
 from spark_statestore.partition.local import LocalPartitionDir
@@ -53,11 +50,9 @@ from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.task_records import write_task_record
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
 from spark_statestore.stores.rocksdb import verify_database
-from spark_statestore.stores.ttl import advance_clocks, user_changes, with_ttl
+from spark_statestore.stores.ttl import advance_clocks
 from spark_statestore.txn.database import TransactionalDatabase
 from spark_statestore.validation import check_instance, check_int, check_iterable
-
-OnChanges = Callable[[str, "list[Change]"], Any]
 
 
 class Lifecycle(Enum):
@@ -249,32 +244,10 @@ class PartitionState:
 
     # -- stores -------------------------------------------------------------------------
 
-    def _namespace(self, name: str) -> str:
-        return f"{self.local.root}/{name}@"
-
     def _open_stores(self, db: TransactionalDatabase, committed: VersionId) -> None:
-        stores: dict[str, Any] = {}
-        cached_stores: dict[str, Any] = {}
-        for spec in self.specs:
-            store: Any = db.open_store(spec)
-            if self.cache is not None and spec.cached:
-                prefix = self._namespace(spec.name)
-                namespace = f"{prefix}{committed}"
-                for stale in self.cache.namespaces:  # filled at another version or by another attempt
-                    if stale.rpartition("@")[0] == prefix[:-1] and stale != namespace:  # not store "name@..."'s
-                        self.cache.drop(stale)
-                listener = None
-                if self.on_changes is not None:
-                    listener = self._forwarder(spec, self.on_changes)
-                store = cached(store, self.cache, listener, listener is not None, namespace)
-                cached_stores[spec.name] = store
-            stores[spec.name] = with_ttl(store, spec.ttl)  # the cache holds the entries' expiries
-        self._stores = stores
-        self._cached = cached_stores
-
-    def _forwarder(self, spec: StoreSpec, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
-        name, translate = spec.name, (user_changes if spec.ttl is not None else list)
-        return lambda changes: on_changes(name, translate(changes))
+        self._stores, self._cached = open_stores(
+            db, self.specs, self.cache, self.local.root, committed, self.on_changes
+        )
 
     def store(self, name: str) -> Any:
         """The store `name` (behind the record cache when the partition has one)."""
@@ -341,8 +314,7 @@ class PartitionState:
         fault_point("prepare:after-publish")
         PartitionMetadata(db).record_prepared(prepared)
         if self.cache is not None:
-            for name in self._cached:
-                self.cache.rename(f"{self._namespace(name)}{self.committed}", f"{self._namespace(name)}{prepared}")
+            rename_caches(self.cache, self.local.root, self._cached, self.committed, prepared)
         self._prepared = prepared
         self.lifecycle = Lifecycle.PREPARED
         self.metrics.rows_written = writer.records

@@ -27,6 +27,7 @@ driver's own `init()`/`close()` call (no TaskContext) opens nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar, Iterator, Sequence
 
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -56,6 +57,14 @@ class StoreProcessor(StatefulProcessor):
         state = dict(self.__dict__)
         state.pop("metrics", None)  # driver-side only
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled in a task: the operator that runs it (transformWithState or
+        transformWithStateInPandas, unknown when the driver built it) names its task records."""
+        self.__dict__.update(state)
+        operator = compat.transform_with_state_operator()
+        if operator is not None:
+            self._config = dataclasses.replace(self._config, operator=operator)
 
     @property
     def settings(self) -> StateStoreSettings:

@@ -20,7 +20,10 @@ What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per mi
   task, after it set the task's `TaskContext` (the task function: `_setTaskContext`
   before `read_udfs`), also for a partition without data. Unpickling an object inside the
   applyInPandasWithState wrapper is how that operator opens its state at the start of
-  every task.
+  every task. While it unpickles, `read_udfs`' `eval_type` argument is on the stack: how a
+  `StoreProcessor` (built on the driver before it is handed to either operator) learns
+  whether its tasks run in `transformWithState` or `transformWithStateInPandas`
+  (`transform_with_state_operator`), which its task records name.
 * `TWS_HANDLE_TIMESTAMPS`: `StatefulProcessorHandle._statefulProcessorApiClient.
   get_timestamps("EventTime")` gives the batch's watermark in `init()`, so partitions
   without rows or timers learn it too.
@@ -108,11 +111,18 @@ __all__ = [
     "minors_with",
     "py4j_gateway",
     "run_at_task_end",
+    "transform_with_state_operator",
 ]
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"  # see READER_FILTER_PUSHDOWN
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+_TRANSFORM_WITH_STATE = {  # PythonEvalType's names (the Row ones from 4.1) -> the operator
+    "SQL_TRANSFORM_WITH_STATE_PANDAS_UDF": "transformWithStateInPandas",
+    "SQL_TRANSFORM_WITH_STATE_PANDAS_INIT_STATE_UDF": "transformWithStateInPandas",
+    "SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_UDF": "transformWithState",
+    "SQL_TRANSFORM_WITH_STATE_PYTHON_ROW_INIT_STATE_UDF": "transformWithState",
+}
 
 VERSION: str = pyspark.__version__
 FACTS = check_internals()  # the installed pyspark minor's facts (it raises if unsupported)
@@ -126,6 +136,17 @@ def internal_error(name: str, detail: str) -> PysparkInternalError:
 def event_time_watermark(handle: Any) -> int:
     """The batch's event-time watermark from a TWS processor handle (-1: none yet)."""
     return tasks.event_time_watermark(FACTS, handle)
+
+
+def transform_with_state_operator() -> str | None:
+    """The transformWithState operator whose function this Python worker is unpickling
+    (`UDF_UNPICKLED_IN_TASK`): "transformWithState" (Row-based) or
+    "transformWithStateInPandas"; None outside a task's unpickling or for another operator."""
+    from pyspark.util import PythonEvalType
+
+    eval_type = tasks.unpickling_eval_type()
+    operators = {getattr(PythonEvalType, kind, None): name for kind, name in _TRANSFORM_WITH_STATE.items()}
+    return None if eval_type is None else operators.get(eval_type)
 
 
 def check_connect_operator(spark: Any, operator: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import pyspark
@@ -19,6 +20,18 @@ def arrow_schema(ddl: str) -> Any:
     except ImportError as e:
         raise internal_error(pyspark.__version__, "ARROW_SCHEMA", f"to_arrow_schema is gone: {e}") from e
     return to_arrow_schema(DataType.fromDDL(ddl))
+
+
+def unpickling_eval_type() -> int | None:
+    """The eval type of the function `pyspark.worker.read_udfs` is unpickling on this stack
+    (its `eval_type` argument: a task's operator function is unpickled there,
+    `UDF_UNPICKLED_IN_TASK`), or None when nothing on the stack is `read_udfs`."""
+    from pyspark import worker
+
+    code, frame = worker.read_udfs.__code__, sys._getframe(1)
+    while frame is not None and frame.f_code is not code:
+        frame = frame.f_back
+    return None if frame is None else frame.f_locals["eval_type"]
 
 
 def event_time_watermark(facts: PysparkMinor, handle: Any) -> int:

@@ -20,6 +20,8 @@ import org.apache.hadoop.fs.ChecksumFileSystem;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * One small JSON file per micro-batch of a query whose checkpoint holds spark_statestore state,
@@ -41,6 +43,7 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
     static final int LOOK_BACK = 5;
     /** A batch file's name: at most 18 digits, so its batch id fits a long (anything else is foreign). */
     static final String BATCH_FILE = "\\d{1,18}\\.json";
+    private static final Logger LOG = LoggerFactory.getLogger(BatchFiles.class);
 
     /** Whether the checkpoint holds spark_statestore state (only then files are written). */
     boolean wanted() throws IOException {
@@ -78,10 +81,11 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
     /**
      * The admission limits (by source) of the latest batch file that has any, among the
      * {@value #LOOK_BACK} latest, or an empty map: what a run in a new driver process goes on
-     * from (the previous driver's estimate was in its memory). A file that cannot be read or
-     * parsed is skipped, and a file whose name has more digits than a batch id (over 18: it
-     * might not fit a long) is foreign; looking no further back bounds the reads at a query's
-     * start.
+     * from (the previous driver's estimate was in its memory). A file that cannot be read, is
+     * not JSON or holds an admission entry this class does not write (a source that is not a
+     * string, a limit that is not an integer fitting a long) is skipped, logged, and an older
+     * one may do; a file whose name has more digits than a batch id (over 18: it might not fit
+     * a long) is foreign. Looking no further back bounds the reads at a query's start.
      */
     Map<String, Long> lastLimits() throws IOException {
         Path directory = new Path(root, DIRECTORY);
@@ -93,19 +97,37 @@ record BatchFiles(String root, Configuration hadoop, int retain) {
         Arrays.sort(listed, Comparator.comparingLong((FileStatus f) -> batchOf(f.getPath())).reversed());
         ObjectMapper mapper = new ObjectMapper();
         for (FileStatus file : Arrays.copyOf(listed, Math.min(listed.length, LOOK_BACK))) {
-            Map<String, Long> limits = new HashMap<>();
+            Map<String, Long> limits;
             try (InputStream in = fs.open(file.getPath())) {
-                for (JsonNode change : mapper.readTree(in).path("admission")) {
-                    limits.put(change.path("source").asText(), change.path("limit").asLong(-1));
-                }
+                limits = limitsOf(mapper.readTree(in));
             } catch (IOException | RuntimeException e) {
-                continue; // a damaged file: an older one may do
+                LOG.warn("spark_statestore admission: skipped the damaged batch file {}: {}", file.getPath(),
+                        QueryTriggers.cause(e));
+                continue; // an older one may do
             }
             if (!limits.isEmpty()) {
                 return limits;
             }
         }
         return Map.of();
+    }
+
+    /** The limits by source of one batch file's content; throws if an entry is not one {@link #json} writes. */
+    private static Map<String, Long> limitsOf(JsonNode batch) throws IOException {
+        JsonNode admission = batch.path("admission");
+        if (!admission.isMissingNode() && !admission.isArray()) {
+            throw new IOException("its admission is not a list: " + admission);
+        }
+        Map<String, Long> limits = new HashMap<>();
+        for (JsonNode change : admission) {
+            JsonNode source = change.path("source");
+            JsonNode limit = change.path("limit");
+            if (!source.isTextual() || !limit.isIntegralNumber() || !limit.canConvertToLong()) {
+                throw new IOException("an admission entry without a source name and a limit that fits a long: " + change);
+            }
+            limits.put(source.asText(), limit.longValue());
+        }
+        return limits;
     }
 
     private static long batchOf(Path file) {

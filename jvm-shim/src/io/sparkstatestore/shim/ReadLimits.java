@@ -43,7 +43,7 @@ final class ReadLimits {
             "KafkaMicroBatchStream", "KafkaSource", "PythonMicroBatchStreamWithAdmissionControl");
     static final String PYTHON_LIMIT = "PythonStreamingSourceReadLimit";
     private static final Pattern PYTHON_ALL = Pattern.compile("\"_type\"\\s*:\\s*\"ReadAllAvailable\"");
-    private static final Pattern PYTHON_MAX_ROWS = Pattern.compile("\"max_rows\"\\s*:\\s*(\\d+)");
+    private static final Pattern PYTHON_MAX_ROWS = Pattern.compile("\"max_rows\"\\s*:\\s*(\\d+)\\s*[,}]");
     private static final Pattern LOG_OFFSET = Pattern.compile("\"logOffset\"\\s*:\\s*(-?\\d+)");
 
     private ReadLimits() {}
@@ -136,9 +136,21 @@ final class ReadLimits {
                 .newInstance("{\"_type\": \"ReadMaxRows\", \"max_rows\": " + max + "}");
     }
 
+    /**
+     * The rows a Python limit's JSON allows, or -1 when it holds no whole count (the source
+     * cannot take a bound beside it). Python's ints are unbounded: a count beyond a long bounds
+     * nothing a long can count, so it is {@code Long.MAX_VALUE} (the smaller count is then ours).
+     */
     private static long pythonMaxRows(String json) {
         Matcher m = PYTHON_MAX_ROWS.matcher(json);
-        return json.contains("\"ReadMaxRows\"") && m.find() ? Long.parseLong(m.group(1)) : -1;
+        if (!json.contains("\"ReadMaxRows\"") || !m.find()) {
+            return -1;
+        }
+        try {
+            return Long.parseLong(m.group(1));
+        } catch (NumberFormatException e) { // digits only: beyond a long
+            return Long.MAX_VALUE;
+        }
     }
 
     /** The count a limit puts on a source, or -1 for none. */
@@ -184,11 +196,19 @@ final class ReadLimits {
         return files;
     }
 
+    /**
+     * The {@code logOffset} of a file source's offset; Spark writes it as a long, so a number
+     * beyond one is unreadable like a missing one (the caller explains it and keeps the limit).
+     */
     private static long logOffset(String json) throws NoSuchFieldException {
         Matcher m = LOG_OFFSET.matcher(json);
-        if (!m.find()) {
-            throw new NoSuchFieldException("logOffset in the file source's offset " + json);
+        if (m.find()) {
+            try {
+                return Long.parseLong(m.group(1));
+            } catch (NumberFormatException e) { // digits only: beyond a long
+                throw new NoSuchFieldException("logOffset beyond a long in the file source's offset " + json);
+            }
         }
-        return Long.parseLong(m.group(1));
+        throw new NoSuchFieldException("logOffset in the file source's offset " + json);
     }
 }
