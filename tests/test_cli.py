@@ -166,6 +166,20 @@ def test_verify_passes_a_sound_state_and_names_each_damaged_file(checkpoint, tmp
     assert code == 1 and "PROBLEM the state's layout" in text
 
 
+def test_a_partition_whose_files_are_gone_is_a_problem_not_a_partition_fewer(checkpoint, tmp_path, capsys):
+    damaged = str(tmp_path / "gone")
+    subprocess.run(["cp", "-r", checkpoint, damaged], check=True)
+    subprocess.run(["rm", "-r", os.path.join(damaged, "statestore", "1")], check=True)
+    code, raw = _run("verify", damaged, "--json")
+    report = json.loads(raw)
+    assert code == 1 and report["partitions"] == 2
+    assert [(p["partition"], p["what"].split(" ")[0]) for p in report["problems"]] == [(1, "committed")]
+    code, _ = _run("read", damaged, "--store", "totals")
+    assert code == 2 and "version 3 of partition 1" in capsys.readouterr().err
+    code, text = _run("read", damaged, "--store", "totals", "--partition", "0")
+    assert code == 0 and "p0-k" in text and "p1-k" not in text
+
+
 def test_the_module_runs_from_the_command_line(checkpoint):
     done = subprocess.run([sys.executable, "-m", "spark_statestore", "verify", checkpoint], capture_output=True, text=True)
     assert done.returncode == 0 and "OK" in done.stdout, done.stderr

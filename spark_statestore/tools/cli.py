@@ -68,7 +68,7 @@ def _store(state: StateLocation, name: str | None):
 
 
 def _partitions(state: StateLocation, wanted: list[int] | None) -> list[int]:
-    found = list(state.partitions)
+    found = list(state.committed_partitions)  # one whose files are gone fails its read, naming it
     for partition in wanted or []:
         if partition not in found:
             raise UsageError(f"--partition {partition}: the state under {state.location} has partitions {found}")

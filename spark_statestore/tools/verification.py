@@ -65,8 +65,11 @@ def verify_state(location: str) -> Verification:
     except (StateStoreError, ValueError, TypeError, OSError) as e:
         return Verification(location, problems=[Problem(None, "the state's layout", str(e))])
     report = Verification(location, state.committed_batch())
+    # with a batch committed, every partition of the recorded count must rebuild (one whose
+    # files are gone is a problem, not a partition fewer)
+    partitions = set(state.partitions) | set(state.committed_partitions if report.committed_batch is not None else ())
     with tempfile.TemporaryDirectory(prefix="statestore-verify-") as scratch:
-        for partition in state.partitions:
+        for partition in sorted(partitions):
             report.partitions += 1
             _verify_partition(state, partition, report, scratch)
     return report
