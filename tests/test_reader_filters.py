@@ -16,6 +16,7 @@ import shutil
 import pyarrow as pa
 import pytest
 from pyspark.sql import datasource
+from pyspark.sql.datasource import InputPartition
 
 from spark_statestore import MissingStateError, Serdes
 from spark_statestore.partition import PartitionOptions, PartitionState, WorkerResources
@@ -331,3 +332,13 @@ def test_a_partition_whose_files_are_gone_fails_the_read_instead_of_being_left_o
     with pytest.raises(MissingStateError, match="partition 1"):
         _read_in_process(checkpoint, "names")
     assert {row["partition"] for row in _read_in_process(checkpoint, "names", [F.EqualTo(("partition",), 2)])} == {2}
+
+
+def test_the_partition_pyspark_reads_when_every_partition_was_ruled_out_has_no_rows(state):
+    """pyspark reads one partition when `partitions()` keeps none: None up to 4.2,
+    `InputPartition(None)` from 4.3."""
+    request = ReadRequest.of({"checkpointLocation": state, "store": "names"})
+    reader = RecordsReader(request, record_schema(request.spec))
+    reader.pushFilters([F.EqualTo(("partition",), 9)])
+    assert reader.partitions() == []
+    assert list(reader.read(None)) == [] and list(reader.read(InputPartition(None))) == []

@@ -179,8 +179,8 @@ class TakesFilters:
     @staticmethod
     def pruned(partition: Any) -> bool:
         """Whether an input partition is the one pyspark reads when `partitions()` kept none
-        (`InputPartition(None)`): it has no rows."""
-        return partition.value is None
+        (None up to 4.2, `InputPartition(None)` from 4.3): it has no rows."""
+        return partition is None or partition.value is None
 
     def pushFilters(self, filters: Iterable[Any]) -> Iterable[Any]:  # noqa: N802 (pyspark's name)
         given = list(filters)
