@@ -78,7 +78,8 @@ class ChangeFeedReader(TakesFilters, ChangesReader, DataSourceReader):
         self.value = value_column(request.spec)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [InputPartition(p) for p in self.pushed.partitions(self.request.state.at_batch(self.start).committed_partitions)]
+        numbers = self.request.state.at_batch(self.start).committed_partitions
+        return [InputPartition(p) for p in self.pushed.partitions(numbers)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if self.pruned(partition):

@@ -26,7 +26,11 @@ _COMPARE = {
     "LessThan": pc.less,
     "LessThanOrEqual": pc.less_equal,
 }
-_STRING_MATCH = {"StringStartsWith": pc.starts_with, "StringEndsWith": pc.ends_with, "StringContains": pc.match_substring}
+_STRING_MATCH = {
+    "StringStartsWith": pc.starts_with,
+    "StringEndsWith": pc.ends_with,
+    "StringContains": pc.match_substring,  # a literal substring, not a pattern
+}
 # key serdes whose stored bytes sort as Spark orders their column (a key range is a byte
 # range), with the Python type of their column's literals
 _ORDERED_KEYS = {"string": (str,), "bytes": (bytes, bytearray), "int64_key": (int,)}
@@ -60,14 +64,17 @@ def _leaf(condition: Any, values: pa.Array) -> pa.Array | None:
         return pc.is_valid(values)
     value = getattr(condition, "value", None)
     if name == "EqualNullSafe":
-        return pc.is_null(values) if value is None else pc.fill_null(pc.equal(values, _literal(value, values.type)), False)
+        if value is None:
+            return pc.is_null(values)
+        return pc.fill_null(pc.equal(values, _literal(value, values.type)), False)
     if value is None:
         return None
     if name in _COMPARE:
         return _COMPARE[name](values, _literal(value, values.type))
     if name == "In":
         present = [v for v in value if v is not None]
-        return pc.is_in(values, value_set=pa.array([_literal(v, values.type).as_py() for v in present], values.type))
+        value_set = pa.array([_literal(v, values.type).as_py() for v in present], values.type)
+        return pc.is_in(values, value_set=value_set)
     if name in _STRING_MATCH and isinstance(value, str) and pa.types.is_string(values.type):
         return _STRING_MATCH[name](values, pattern=value)
     return None
