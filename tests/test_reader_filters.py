@@ -158,7 +158,9 @@ def test_filters_on_float_columns_and_literals_of_another_type_keep_every_row():
     batch = pa.RecordBatch.from_pylist(
         [{"key": "a", "score": float("nan"), "value": 1, "blob": b"a"},
          {"key": "b", "score": 1.0, "value": -1, "blob": b"b"}],
-        schema=pa.schema([("key", pa.string()), ("score", pa.float64()), ("value", pa.int64()), ("blob", pa.binary())]),
+        schema=pa.schema(
+            [("key", pa.string()), ("score", pa.float64()), ("value", pa.int64()), ("blob", pa.binary())]
+        ),
     )
     for condition in (
         F.GreaterThan(("score",), 5.0), F.EqualTo(("key",), 3), F.EqualTo(("key", "nested"), "a"),

@@ -203,8 +203,8 @@ def test_a_ttl_store_moves_each_entry_to_its_key_s_partition(tmp_path, key_serde
     location, local = str(tmp_path / "checkpoint"), str(tmp_path / "local")
     declared = KeyValue("seen", key_serde, Serdes.int64(), ttl=1000)
     keys = [key_serde.decode(b"k%d" % i) for i in range(40)]
-    by_count = {n: Router(KeyValue("plain", key_serde).spec(), None, n).route([key_serde.encode(k) for k in keys])
-                for n in (2, 3)}
+    plain = KeyValue("plain", key_serde).spec()  # where Spark sends each key
+    by_count = {n: Router(plain, None, n).route([key_serde.encode(k) for k in keys]) for n in (2, 3)}
     record_query_layout(location, Layout.of([declared.spec()], 2))
     for batch, count in ((0, 2), (1, 3)):
         for partition in range(count):

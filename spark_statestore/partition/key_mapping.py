@@ -71,7 +71,9 @@ class Router:
     def user_key(self, raw: bytes) -> bytes | None:
         """The encoded user key of a raw entry (None: the store's bookkeeping)."""
         if self.spec.ttl is not None:  # an entry, its expiry index entry, or the clock (see `ttl`)
-            return raw[len(ENTRY) :] if raw[:1] == ENTRY else raw[len(INDEX) + 8 :] if raw[:1] == INDEX else None
+            if raw[:1] == ENTRY:
+                return raw[len(ENTRY) :]
+            return raw[len(INDEX) + 8 :] if raw[:1] == INDEX else None
         window = self.spec.window_spec
         if window is None:
             return raw
