@@ -12,6 +12,7 @@ import operator
 import os
 import random
 import shutil
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -23,10 +24,11 @@ from spark_statestore.partition import PartitionOptions, PartitionState, WorkerR
 from spark_statestore.partition.layout import Layout, record_query_layout
 from spark_statestore.partition.reading import StateLocation, VersionReader
 from spark_statestore.spark import KeyValue, compat, register_reader
-from spark_statestore.spark.reader.columns import record_schema
+from spark_statestore.spark.reader.columns import change_schema, record_schema
 from spark_statestore.spark.reader.filters import PushedFilters
 from spark_statestore.spark.reader.records import RecordsReader
 from spark_statestore.spark.reader.request import ReadRequest
+from spark_statestore.spark.reader.stream import ChangeStreamReader
 
 pytestmark = [
     pytest.mark.versioned,
@@ -152,12 +154,23 @@ def _sorted(rows: list[dict]) -> list:
 
 
 def test_filters_on_float_columns_and_literals_of_another_type_keep_every_row():
+    """A literal of another Python type than its column's is not used: Arrow would truncate
+    a float or Decimal for an integer column (`value < 1.5` as `value < 1`, dropping 1)."""
     batch = pa.RecordBatch.from_pylist(
-        [{"key": "a", "score": float("nan")}, {"key": "b", "score": 1.0}],
-        schema=pa.schema([("key", pa.string()), ("score", pa.float64())]),
+        [{"key": "a", "score": float("nan"), "value": 1, "blob": b"a"},
+         {"key": "b", "score": 1.0, "value": -1, "blob": b"b"}],
+        schema=pa.schema(
+            [("key", pa.string()), ("score", pa.float64()), ("value", pa.int64()), ("blob", pa.binary())]
+        ),
     )
-    for condition in (F.GreaterThan(("score",), 5.0), F.EqualTo(("key",), 3), F.EqualTo(("key", "nested"), "a")):
+    for condition in (
+        F.GreaterThan(("score",), 5.0), F.EqualTo(("key",), 3), F.EqualTo(("key", "nested"), "a"),
+        F.LessThan(("value",), 1.5), F.LessThan(("value",), Decimal("1.5")), F.GreaterThan(("value",), -1.5),
+        F.Not(F.EqualTo(("value",), 1.5)), F.Not(F.In(("value",), (Decimal("-1.5"), 1.0))),
+        F.Not(F.EqualNullSafe(("value",), True)), F.LessThan(("key",), b"b"), F.GreaterThan(("blob",), "a"),
+    ):
         assert PushedFilters((condition,)).keeps(batch).num_rows == 2, condition
+    assert PushedFilters((F.LessThan(("partition",), 1.5),)).partitions([0, 1, 2]) == [0, 1, 2]
 
 
 def test_partitions_the_filters_rule_out_are_not_read():
@@ -267,6 +280,8 @@ def test_no_key_range_for_keys_whose_bytes_do_not_sort_as_their_column():
     pushed = PushedFilters((F.EqualTo(("key",), 3), F.LessThan(("key",), 9)))
     assert pushed.key_range("int64") == (None, None)  # two's complement: -1 sorts after 1
     assert pushed.key_range("string") == (None, None)  # a literal of another type
+    for key_serde in ("bytes", "int64_key"):  # a text prefix is no byte range of other keys
+        assert PushedFilters((F.StringStartsWith(("key",), "a"),)).key_range(key_serde) == (None, None)
     assert PushedFilters((F.StringStartsWith(("key",), "\U0010ffff"),)).key_range("string") == (b"\xf4\x8f\xbf\xbf", b"\xf4\x8f\xbf\xc0")
 
 
@@ -342,3 +357,17 @@ def test_the_partition_pyspark_reads_when_every_partition_was_ruled_out_has_no_r
     reader.pushFilters([F.EqualTo(("partition",), 9)])
     assert reader.partitions() == []
     assert list(reader.read(None)) == [] and list(reader.read(InputPartition(None))) == []
+
+
+def test_the_change_stream_reads_a_partition_whose_files_are_gone_and_fails(state, tmp_path):
+    """As a batch read: the stream of committed changes covers every partition of the
+    generation's count, so one whose files are gone fails naming it instead of being left out."""
+    checkpoint = str(tmp_path / "copy")
+    shutil.copytree(state, checkpoint)
+    shutil.rmtree(os.path.join(checkpoint, "statestore", "1"))
+    request = ReadRequest.of({"checkpointLocation": checkpoint, "store": "names"})
+    reader = ChangeStreamReader(request, change_schema(request.spec))
+    partitions = reader.partitions({"batch": -1}, {"batch": 1})
+    assert [p.value for p in partitions] == [(0, 0, 1), (1, 0, 1), (2, 0, 1)]
+    with pytest.raises(MissingStateError, match="partition 1"):
+        list(reader.read(partitions[1]))

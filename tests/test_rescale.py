@@ -16,14 +16,16 @@ import sys
 import pytest
 
 import rescale_workload as w
-from spark_statestore import faults
+from spark_statestore import Serdes, faults
 from spark_statestore.partition import read_query_layout
 from spark_statestore.partition.layout import LayoutMismatchError
 from spark_statestore.partition.rescale import RescaleError, rescale
 from spark_statestore.partition.spark_log import QueryMayBeRunningError
-from spark_statestore.partition import PartitionState, WorkerResources, record_query_layout
+from spark_statestore.partition import PartitionOptions, PartitionState, WorkerResources, record_query_layout
+from spark_statestore.partition.key_mapping import Router
 from spark_statestore.partition.layout import Layout
 from spark_statestore.stores.spec import StoreSpec
+from spark_statestore.spark import KeyValue
 from spark_statestore.tools.cli import main
 
 STEPS = ["rescale:after-read", "rescale:after-partition", "rescale:before-switch"]
@@ -191,3 +193,38 @@ def test_cli_rescale(tmp_path):
     assert json.loads(out.getvalue())["partitions"] == 3
     assert main(["rescale", location, "3"], io.StringIO()) == 2
     assert main(["rescale", location, "0"], io.StringIO()) == 2
+
+
+@pytest.mark.parametrize("key_serde", [Serdes.bytes(), Serdes.string()], ids=["bytes", "string"])
+def test_a_ttl_store_moves_each_entry_to_its_key_s_partition(tmp_path, key_serde):
+    """A TTL store's raw entries are `0x00 | key`, `0x01 | expiry | key` and its clock
+    (`stores/ttl.py`): each entry and its index entry go where their key goes, the clock to
+    every partition; the query then finds every key in its new partition, unexpired."""
+    location, local = str(tmp_path / "checkpoint"), str(tmp_path / "local")
+    declared = KeyValue("seen", key_serde, Serdes.int64(), ttl=1000)
+    keys = [key_serde.decode(b"k%d" % i) for i in range(40)]
+    plain = KeyValue("plain", key_serde).spec()  # where Spark sends each key
+    by_count = {n: Router(plain, None, n).route([key_serde.encode(k) for k in keys]) for n in (2, 3)}
+    record_query_layout(location, Layout.of([declared.spec()], 2))
+    for batch, count in ((0, 2), (1, 3)):
+        for partition in range(count):
+            state = PartitionState(location, partition, [declared.spec()], WorkerResources(local),
+                                   PartitionOptions(partitions=count))
+            state.open(batch)
+            state.advance_clocks(5 + batch, None)
+            store = declared.typed(state.store("seen"))
+            mine = [k for k, p in zip(keys, by_count[count]) if p == partition]
+            if batch == 0:
+                for k in mine:
+                    store.put(k, keys.index(k))
+            else:
+                assert sorted(k for k, _ in store.all()) == sorted(mine)
+                assert [store.get(k) for k in mine] == [keys.index(k) for k in mine]
+            state.prepare()
+            state.close()
+            state.wait_for_snapshots()
+        if batch == 0:
+            os.makedirs(os.path.join(location, "commits"))
+            with open(os.path.join(location, "commits", "0"), "w") as f:
+                f.write("v1\n{}")
+            rescale(location, 3)

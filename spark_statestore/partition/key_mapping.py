@@ -10,7 +10,9 @@ user key) returning the grouping key's column values as a tuple (`murmur3.Int32`
 an `int` column) or the partition itself as an int; or a dict of such functions by store.
 
 A raw entry of a window store is `window start (8 bytes) | key part`; keys from byte 0x80
-on are the store's own bookkeeping, which every new partition gets a copy of.
+on are the store's own bookkeeping, which every new partition gets a copy of. A TTL
+store's are `0x00 | key` (an entry), `0x01 | expiry (8 bytes) | key` (its index entry,
+which goes with it) and its clock (bookkeeping): see `stores/ttl.py`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from spark_statestore import murmur3
 from spark_statestore.serde import serde_for, unescape
 from spark_statestore.stores.spec import StoreSpec
+from spark_statestore.stores.ttl import ENTRY, INDEX
 
 KeyMapping = Callable[[Any], Any]
 _DEFAULT = {"string", "int64_key", "int64", "bytes"}
@@ -67,6 +70,10 @@ class Router:
 
     def user_key(self, raw: bytes) -> bytes | None:
         """The encoded user key of a raw entry (None: the store's bookkeeping)."""
+        if self.spec.ttl is not None:  # an entry, its expiry index entry, or the clock (see `ttl`)
+            if raw[:1] == ENTRY:
+                return raw[len(ENTRY) :]
+            return raw[len(INDEX) + 8 :] if raw[:1] == INDEX else None
         window = self.spec.window_spec
         if window is None:
             return raw

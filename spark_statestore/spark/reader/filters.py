@@ -51,7 +51,23 @@ def _column(condition: Any) -> str | None:
 
 
 def _literal(value: Any, kind: pa.DataType) -> pa.Scalar:
-    return pa.scalar(bytes(value) if isinstance(value, (bytearray, memoryview)) else value, kind)
+    """`value` as a scalar of the column's `kind`; TypeError for a literal of another Python
+    type than the column's (Arrow would convert some: a float or Decimal to an integer by
+    truncating it, so `value < 1.5` would become `value < 1`)."""
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if type(value) is not _python_type(kind):
+        raise TypeError(f"{value!r} is not a literal of a {kind} column")
+    return pa.scalar(value, kind)
+
+
+def _python_type(kind: pa.DataType) -> type:
+    """The Python type of a usable column's literals."""
+    if pa.types.is_boolean(kind):
+        return bool
+    if pa.types.is_integer(kind):
+        return int
+    return bytes if pa.types.is_binary(kind) else str
 
 
 def _leaf(condition: Any, values: pa.Array) -> pa.Array | None:
@@ -172,7 +188,7 @@ def _bounds(condition: Any, encode: Any) -> tuple[bytes | None, bytes | None]:
     if name in ("LessThan", "LessThanOrEqual"):
         return None, encode(value) + (b"\x00" if name == "LessThanOrEqual" else b"")
     if name == "StringStartsWith" and isinstance(value, str):
-        prefix = value.encode("utf-8")
+        prefix = encode(value)  # TypeError unless the keys are strings (text is no prefix of other keys)
         return prefix, _successor(prefix)
     return None, None
 

@@ -36,7 +36,8 @@ class ChangeStreamReader(ChangesReader, DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if end["batch"] <= start["batch"]:
             return []
-        return [InputPartition((p, start["batch"] + 1, end["batch"])) for p in self.request.state.at_batch(start["batch"] + 1).partitions]
+        state = self.request.state.at_batch(start["batch"] + 1)
+        return [InputPartition((p, start["batch"] + 1, end["batch"])) for p in state.committed_partitions]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         number, first, last = partition.value
