@@ -371,3 +371,32 @@ def test_the_change_stream_reads_a_partition_whose_files_are_gone_and_fails(stat
     assert [p.value for p in partitions] == [(0, 0, 1), (1, 0, 1), (2, 0, 1)]
     with pytest.raises(MissingStateError, match="partition 1"):
         list(reader.read(partitions[1]))
+
+
+def _offsets(checkpoint: str, shuffle_partitions: str) -> None:
+    """Spark's offset log entries of batches 0 and 1, as a query writes them."""
+    os.makedirs(os.path.join(checkpoint, "offsets"), exist_ok=True)
+    for batch in range(2):
+        with open(os.path.join(checkpoint, "offsets", str(batch)), "w") as f:
+            f.write('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{"spark.sql.shuffle.partitions":"%s"}}\n{}'
+                    % shuffle_partitions)
+
+
+@pytest.mark.parametrize("offsets", [None, "3", "bad", "0"])
+def test_without_a_recorded_count_spark_s_offset_log_gives_it(state, tmp_path, offsets):
+    """The operators Spark shuffles into its state partitions (with_stores, StoreProcessor)
+    record no partition count: Spark's offset log has it, so a partition whose files are
+    gone fails the read there too; with no usable count, the partitions with files are read."""
+    checkpoint = str(tmp_path / "copy")
+    shutil.copytree(state, checkpoint)
+    os.remove(os.path.join(checkpoint, "statestore", "_layout"))
+    record_query_layout(checkpoint, Layout.of([s.spec() for s in STORES]))
+    assert StateLocation.open(checkpoint).layout.partitions is None
+    if offsets is not None:
+        _offsets(checkpoint, offsets)
+    shutil.rmtree(os.path.join(checkpoint, "statestore", "1"))
+    if offsets == "3":
+        with pytest.raises(MissingStateError, match="partition 1"):
+            _read_in_process(checkpoint, "names")
+    else:
+        assert {row["partition"] for row in _read_in_process(checkpoint, "names")} == {0, 2}

@@ -96,11 +96,23 @@ class StateLocation:
     @property
     def committed_partitions(self) -> tuple[int, ...]:
         """The partitions each committed batch of this generation wrote a changelog for: all
-        of its recorded partition count (one whose files are gone is still read, and fails
-        naming what is missing, instead of being left out), or where the layout has no
-        count, those with durable state now."""
+        of its partition count (one whose files are gone is still read, and fails naming
+        what is missing, instead of being left out). The count is the layout's, or where the
+        layout has none (the operators Spark shuffles into its state partitions record
+        none), Spark's state partition count in its offset log; without either, the
+        partitions with durable state now."""
         counts = [g.partitions for g in self.layout.history if g.number == self.generation_number]
-        return tuple(range(counts[0])) if counts and counts[0] is not None else self.partitions
+        count = counts[0] if counts else None
+        if count is None and self.generation_number == 0:
+            # imported here: spark_log reads a StateLocation
+            from spark_statestore.partition.spark_log import newest_planned_batch, spark_partitions
+
+            planned = newest_planned_batch(self.location, self.filesystem)
+            count = None if planned is None else spark_partitions(self.location, planned, self.filesystem)
+        listed = self.partitions
+        if count is None or count < 1:
+            return listed
+        return tuple(sorted(set(range(count)) | set(listed)))  # a partition beyond the count is read too
 
     def store(self, name: str) -> StoreSpec:
         for spec in self.layout.stores:
