@@ -271,3 +271,61 @@ def test_typed_columns_from_numpy_pandas_and_arrow():
     assert typed.get_all(np.array(["z"])) == [3]
     with pytest.raises(ValueError, match="keys and values must have the same length, got 2 and 1"):
         typed.put_columns(["a", "b"], [1])
+
+
+def test_put_columns_writes_and_counts_what_put_all_pair_by_pair_does(kv_factory):
+    """`put_columns` (checked columns straight to the keyspace, by chunks where it buffers)
+    against the base class's `put_all` (one checked `put` per pair) with the same records:
+    the same contents and, in a transaction, the same uncommitted bytes and record count;
+    a bad item fails both with the same error, naming it, and writes nothing."""
+    import random
+
+    from spark_statestore.stores.api import KeyValueStore
+
+    rng = random.Random(3)
+    fast, general = kv_factory(), kv_factory()
+    for step in range(60):
+        keys = [b"k%02d" % rng.randrange(60) for _ in range(rng.randint(0, 30))]
+        values = [None if rng.random() < 0.1 else bytes(rng.randint(1, 5)) for _ in keys]
+        if rng.random() < 0.5:  # distinct keys, puts only: a chunk goes in at once
+            keys = list(dict.fromkeys(keys))
+            values = [bytes(rng.randint(1, 5)) for _ in keys]
+        fast.put_columns(keys, values)
+        KeyValueStore.put_all(general, list(zip(keys, values)))
+        assert list(fast.all()) == list(general.all()), step
+        if kv_factory.kind == "rocksdb":
+            counts = [(s.keyspace.memory_bytes, s.keyspace.entries) for s in (fast, general)]
+            assert counts[0] == counts[1], step
+            assert fast.approximate_num_uncommitted_bytes() == general.approximate_num_uncommitted_bytes()
+            if rng.random() < 0.2:
+                fast.commit(), general.commit()
+    errors = []
+    bad_columns = ([b"new", "bad"], [b"1", b"2"])
+    for put in (lambda: fast.put_columns(*bad_columns), lambda: general.put_all(list(zip(*bad_columns)))):
+        with pytest.raises(TypeError) as caught:
+            put()
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and "pairs[1]" in errors[0]
+    assert fast.get(b"new") is None and list(fast.all()) == list(general.all())
+
+
+def test_typed_put_all_by_columns_matches_the_checked_path(kv_factory):
+    """A typed `put_all` of a list of pairs (encoded by columns, `put_columns` below) and of
+    the same pairs from a generator (encoded pair by pair, `put_all` below) give the same
+    contents; a bad item fails both the same way, naming it, and writes nothing."""
+    from spark_statestore import Serdes
+
+    stores = [kv_factory().typed(Serdes.string(), Serdes.int64()) for _ in range(2)]
+    pairs = [(f"k{i % 7}", i) for i in range(20)] + [("gone", None)]
+    stores[0].put_all(pairs)
+    stores[1].put_all(iter(pairs))
+    expected = sorted((k, v) for k, v in dict(pairs).items() if v is not None)
+    assert list(stores[0].all()) == list(stores[1].all()) == expected
+    bad = [("new", 1), ("other", "2")]
+    errors = []
+    for store, given in zip(stores, (bad, iter(bad))):
+        with pytest.raises(TypeError) as caught:
+            store.put_all(given)
+        errors.append(str(caught.value))
+        assert store.get("new") is None
+    assert errors[0] == errors[1] and "pairs[1]" in errors[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import weakref
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from spark_statestore.errors import StoreClosedError
 from spark_statestore.stores.iterators import StoreIterator
@@ -127,6 +127,10 @@ class KeyValueStore(StateStore, ABC):
         put = self.put
         for key, value in check_pairs(pairs):
             put(key, value)
+
+    def put_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """`put_all` of two columns of equal length, keys and values (`None` deletes)."""
+        self.put_all(list(zip(keys, values, strict=True)))
 
     def get_all(self, keys: Iterable[bytes]) -> list[bytes | None]:
         """The values of many keys at once (None where absent), in the order given."""

@@ -9,7 +9,7 @@ need not know which one they run on.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Protocol
+from typing import Iterable, Iterator, Protocol, Sequence
 
 import rocksdict
 
@@ -32,6 +32,11 @@ class KeySpace(Protocol):
     def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Apply puts (`None` value = delete) atomically where the keyspace can."""
 
+    def put_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """`put_many` of checked columns of equal length (`None` value = delete); a
+        keyspace that buffers writes takes them without building a pair per record."""
+        self.put_many(zip(keys, values))
+
     def delete_range(self, lo: bytes, hi: bytes) -> None: ...
 
     def scan(
@@ -47,7 +52,7 @@ class KeySpace(Protocol):
     def flush(self) -> None: ...
 
 
-class MemoryKeySpace:
+class MemoryKeySpace(KeySpace):
     """A keyspace in a `SortedMap`; its scans are live views (see `SortedMap.iter_keys`)."""
 
     def __init__(self) -> None:
@@ -92,7 +97,7 @@ class MemoryKeySpace:
         self._map.clear()
 
 
-class ColumnFamilyKeySpace:
+class ColumnFamilyKeySpace(KeySpace):
     """A keyspace that writes straight to one RocksDB column family.
 
     Point operations are the column family's own methods, bound once, so a store's

@@ -7,12 +7,12 @@ column family or a transaction over one.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from spark_statestore.stores.api import KeyValueStore, prefix_end
 from spark_statestore.stores.keyspace import KeySpace, MemoryKeySpace
 from spark_statestore.stores.damage import storage_error
-from spark_statestore.validation import check_iterable, check_key, check_pairs, check_value
+from spark_statestore.validation import check_iterable, check_key, check_pairs, check_value, columns_are_bytes
 
 
 class KeySpaceKeyValueStore(KeyValueStore):
@@ -74,6 +74,17 @@ class KeySpaceKeyValueStore(KeyValueStore):
         if not self._open:
             raise self._closed()
         self._ks.put_many(check_pairs(pairs))
+
+    def put_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """Lists of bytes keys and bytes-or-None values go to the keyspace as columns;
+        anything else takes `put_all`'s path (its checks and errors)."""
+        if not self._open:
+            raise self._closed()
+        lists = type(keys) is list and type(values) is list and len(keys) == len(values)
+        if lists and columns_are_bytes(keys, values):
+            self._ks.put_columns(keys, values)
+        else:
+            super().put_columns(keys, values)
 
     def delete(self, key: bytes) -> bytes | None:
         if not self._open:

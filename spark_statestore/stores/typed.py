@@ -13,6 +13,7 @@ a typed read-only view), and a window store's stream time, parameters and metric
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping
 
 from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
@@ -80,6 +81,9 @@ def _item_decoders(dk: Callable[[bytes], Any], dv: Callable[[bytes], Any]) -> tu
         return new(Windowed, (dk(inner[0]), inner[1])), dv(item[1])
 
     return pair, timed, windowed
+
+
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 def _pairs_of(pairs: Any) -> bool:
@@ -197,16 +201,16 @@ class TypedKeyValueStore(_Typed):
 
     def put_all(self, pairs: Iterable[tuple[Any, Any]]) -> None:
         """Put every `(key, value)` pair; every one is encoded before any is written."""
-        encoded = None
         if self._builtin and _pairs_of(pairs):
             try:  # by columns; on any error the checked path below names the item
-                keys, values = zip(*pairs) if pairs else ((), ())
-                encoded = list(zip(self._encode_keys(list(keys)), self._encode_values(list(values))))
+                keys = self._encode_keys(list(map(_first, pairs)))
+                values = self._encode_values(list(map(_second, pairs)))
             except (TypeError, ValueError):
                 pass
-        if encoded is None:
-            encoded = check_items(pairs, "pairs", ("key", "value"), self._encode_pair)
-        self.store.put_all(encoded)
+            else:
+                self.store.put_columns(keys, values)
+                return
+        self.store.put_all(check_items(pairs, "pairs", ("key", "value"), self._encode_pair))
 
     def _encode_pair(self, key: Any, value: Any) -> tuple[bytes, bytes | None]:
         return self._ek(key), self._ev(value)
@@ -222,7 +226,7 @@ class TypedKeyValueStore(_Typed):
             raise ValueError(
                 f"keys and values must have the same length, got {len(encoded_keys)} and {len(encoded_values)}"
             )
-        self.store.put_all(list(zip(encoded_keys, encoded_values)))
+        self.store.put_columns(encoded_keys, encoded_values)
 
     def delete(self, key: Any) -> Any:
         return self._dv_or_none(self.store.delete(self._ek(key)))

@@ -16,6 +16,7 @@ beyond those bytes (`budget.uncommitted_cost`).
 from __future__ import annotations
 
 from itertools import repeat
+from operator import itemgetter
 from typing import Iterable, Iterator, Sequence
 
 import rocksdict
@@ -36,6 +37,7 @@ _SPILL_BATCH_BYTES = 1 << 20
 _BULK_CHUNK = 4096  # pairs buffered per budget charge by `put_many`
 
 Entry = tuple[bytes, "bytes | None"]
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 def decode_staged(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[Entry]:
@@ -95,28 +97,35 @@ class TransactionalKeySpace:
             self._account(-len(old))
 
     def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """`put` (or `delete`, for None) of every pair in order. A list of puts with
-        distinct keys goes into the buffer by chunks of `_BULK_CHUNK` (one dict update and
-        one charge of the budget each, so a spill comes at most a chunk late); anything
-        else goes pair by pair."""
+        """`put` (or `delete`, for None) of every (checked) pair in order, as `put_columns`."""
         if not isinstance(pairs, list):
             pairs = list(pairs)
-        for lo in range(0, len(pairs), _BULK_CHUNK):
-            chunk = pairs[lo : lo + _BULK_CHUNK] if len(pairs) > _BULK_CHUNK else pairs
-            if not self._put_chunk(chunk):
+        self.put_columns(list(map(_first, pairs)), list(map(_second, pairs)))
+
+    def put_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """`put` (or `delete`, for None) of every key with its value, in order. Puts of
+        distinct keys go into the buffer by chunks of `_BULK_CHUNK` (one dict update and
+        one charge of the budget each, so a spill comes at most a chunk late); a chunk with
+        a deletion or a repeated key goes pair by pair. Columns, not pairs: a tuple per
+        record would be garbage-collected memory, and the collector's passes over
+        thousands of live tuples cost more than the buffering itself."""
+        whole = len(keys) <= _BULK_CHUNK
+        for lo in range(0, len(keys), _BULK_CHUNK):
+            chunk_keys = keys if whole else keys[lo : lo + _BULK_CHUNK]
+            chunk_values = values if whole else values[lo : lo + _BULK_CHUNK]
+            if not self._put_chunk(chunk_keys, chunk_values):
                 put, delete = self.put, self.delete
-                for key, value in chunk:
+                for key, value in zip(chunk_keys, chunk_values):
                     if value is None:
                         delete(key)
                     else:
                         put(key, value)
 
-    def _put_chunk(self, chunk: list[tuple[bytes, bytes | None]]) -> bool:
+    def _put_chunk(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> bool:
         """Buffer a chunk of puts of distinct keys at once; False (nothing done) for a
         chunk with a deletion or a repeated key."""
-        if not chunk:
+        if not keys:
             return True
-        keys, values = zip(*chunk)
         if None in values or len(set(keys)) != len(keys):
             return False
         olds = list(map(self.pending.data.get, keys, repeat(_MISSING, len(keys))))
@@ -128,7 +137,7 @@ class TransactionalKeySpace:
             delta = sum(map(len, values)) - sum(len(old) for old in olds if old is not _MISSING and old is not None)
             new_keys = [key for key, old in zip(keys, olds) if old is _MISSING] if added else ()
             delta += sum(map(len, new_keys))
-        self.pending.set_many(chunk, new_keys)
+        self.pending.set_many(zip(keys, values), new_keys)
         self.entries += added
         self.memory_bytes += delta
         self._budget.charge(delta, added)  # may spill every buffer of the transaction
