@@ -307,6 +307,9 @@ def test_put_columns_writes_and_counts_what_put_all_pair_by_pair_does(kv_factory
         errors.append(str(caught.value))
     assert errors[0] == errors[1] and "pairs[1]" in errors[0]
     assert fast.get(b"new") is None and list(fast.all()) == list(general.all())
+    with pytest.raises(ValueError, match="keys and values must have the same length, got 2 and 1"):
+        fast.put_columns([b"a", b"b"], [b"1"])
+    assert fast.get(b"a") is None
 
 
 def test_typed_put_all_by_columns_matches_the_checked_path(kv_factory):

@@ -130,7 +130,9 @@ class KeyValueStore(StateStore, ABC):
 
     def put_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
         """`put_all` of two columns of equal length, keys and values (`None` deletes)."""
-        self.put_all(list(zip(keys, values, strict=True)))
+        if len(keys) != len(values):
+            raise ValueError(f"keys and values must have the same length, got {len(keys)} and {len(values)}")
+        self.put_all(list(zip(keys, values)))
 
     def get_all(self, keys: Iterable[bytes]) -> list[bytes | None]:
         """The values of many keys at once (None where absent), in the order given."""
