@@ -112,6 +112,11 @@ _KEY_TYPES = frozenset({bytes})
 _VALUE_TYPES = frozenset({bytes, type(None)})
 
 
+def keys_are_bytes(keys: Any) -> bool:
+    """Whether every key is bytes (one C-level pass)."""
+    return set(map(type, keys)) <= _KEY_TYPES
+
+
 def columns_are_bytes(keys: Any, values: Any) -> bool:
     """Whether every key is bytes and every value bytes or None (one C-level pass each)."""
     return set(map(type, keys)) <= _KEY_TYPES and set(map(type, values)) <= _VALUE_TYPES
@@ -184,6 +189,40 @@ def check_time_range(time_from: Any, time_to: Any) -> tuple[int, int]:
 def check_window_records(records: Any) -> list[tuple[bytes, bytes | None, int]]:
     """The `(key, value, window_start)` records of a window `put_all`, every one checked first."""
     return check_items(records, "records", ("key", "value", "window_start"), check_window_put)
+
+
+_INT_TYPES = frozenset({int})
+
+
+def times_are_valid(times: Any) -> bool:
+    """Whether a list holds only `int` times in [0, MAX_TIME] (C-level passes, no Python
+    call per item; `bool` and other types are not taken)."""
+    return type(times) is list and (
+        not times or (set(map(type, times)) <= _INT_TYPES and min(times) >= 0 and max(times) <= MAX_TIME)
+    )
+
+
+def check_window_write_columns(keys: Any, values: Any, window_starts: Any) -> tuple[list, list, list[int]]:
+    """The three columns of a window `put_columns` (keys, values, window starts), every
+    record checked before any is written: lists of well-typed items pass by C-level
+    passes; anything else is checked item by item, naming the column and the index."""
+    columns = []
+    for column, name in ((keys, "keys"), (values, "values"), (window_starts, "window_starts")):
+        if not hasattr(column, "__len__") or isinstance(column, (bytes, str)):
+            raise TypeError(f"{name} must be a list, got {describe(column)}")
+        columns.append(column if type(column) is list else list(column))
+    keys, values, window_starts = columns
+    if not len(keys) == len(values) == len(window_starts):
+        raise ValueError(
+            f"keys, values and window_starts must have the same length, got {len(keys)}, {len(values)} "
+            f"and {len(window_starts)}"
+        )
+    if not columns_are_bytes(keys, values):
+        keys = [check_key(key, f"keys[{i}]") for i, key in enumerate(keys)]
+        values = [check_value(value, f"values[{i}]") for i, value in enumerate(values)]
+    if not times_are_valid(window_starts):
+        window_starts = [check_time(start, f"window_starts[{i}]") for i, start in enumerate(window_starts)]
+    return keys, values, window_starts
 
 
 def check_window_columns(keys: Any, window_starts: Any) -> list[tuple[bytes, int]]:

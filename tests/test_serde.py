@@ -231,3 +231,46 @@ def test_encoding_a_list_column_does_what_encoding_each_value_does(serde, column
     for column in columns:
         expected = outcome(lambda: [serde.encode(v, "key") for v in column])
         assert outcome(lambda: serde.encode_many(column, "key")) == expected, column
+
+
+class _QuietBytesDecoder(type(Serdes.string())):
+    """A str serde whose `decode` is its own: `decode_many` must use it."""
+
+    def decode(self, data):
+        return "decoded:" + data.decode()
+
+
+@pytest.mark.parametrize(
+    "serde, columns",
+    [
+        (
+            Serdes.string(),
+            [[b"a", "h\u00e9llo".encode(), b""], [b"a", b"\xff"], [b"a", None], [b"a", bytearray(b"x")], []],
+        ),
+        (
+            Serdes.int64(),
+            [
+                [(5).to_bytes(8, "big"), (-1).to_bytes(8, "big", signed=True)],
+                [(5).to_bytes(8, "big"), None, None, (7).to_bytes(8, "big")],
+                [None],
+                [(5).to_bytes(8, "big"), b"\x01"],
+                [(5).to_bytes(8, "big"), "abcdefgh"],
+                [],
+            ],
+        ),
+        (_QuietBytesDecoder(), [[b"ab", b"c"]]),
+    ],
+)
+def test_decoding_a_list_column_does_what_decoding_each_value_does(serde, columns):
+    """`decode_many` (at C level or by numpy where the data allow) gives decode's results
+    (None stays None), and for bytes the serde did not write, decode's error."""
+
+    def outcome(fn):
+        try:
+            return fn()
+        except (TypeError, ValueError) as e:
+            return type(e), str(e)
+
+    for column in columns:
+        expected = outcome(lambda: [None if v is None else serde.decode(v) for v in column])
+        assert outcome(lambda: serde.decode_many(column)) == expected, column

@@ -44,9 +44,13 @@ def test_keyspace_random_walk(tmp_path, limit, seed):
         elif op < 0.65:
             key = rng.choice(KEYS)
             assert ks.get(key) == model.get(key)
+            keys = [rng.choice(KEYS) for _ in range(rng.randint(0, 6))]  # buffered, spilled, range-deleted
+            assert ks.get_many(keys) == [model.get(k) for k in keys]
         elif op < 0.8:
             lo, hi, reverse = bound(), bound(), rng.random() < 0.5
             assert list(ks.scan(lo, hi, reverse)) == _between(model, lo, hi, reverse)
+            pairs = _between(model, lo, hi)
+            assert ks.scan_columns(lo, hi) == ([k for k, _ in pairs], [v for _, v in pairs])
         elif op < 0.9:
             lo = rng.choice(KEYS)
             hi = bound()
@@ -92,10 +96,11 @@ def test_range_deletion_hides_committed_and_staged_keys_until_rollback(tmp_path)
 
 @pytest.mark.parametrize("limit", [-1, 2_000])
 def test_bulk_puts_buffer_and_count_what_puts_one_by_one_do(tmp_path, limit):
-    """`put_many` (chunks of distinct puts at once, anything else pair by pair) against a
-    twin fed the same pairs one at a time: same reads, the same byte and record counts
-    (without a limit), memory back under the limit after every call (with one), and the
-    sorted index kept once an ordered walk built it."""
+    """`put_many` (chunks of distinct keys at once, puts and deletions, a chunk with a
+    repeated key pair by pair) against a twin fed the same pairs one at a time: same reads,
+    the same byte and record counts (without a limit), memory back under the limit after
+    every call (with one), and ordered walks right whether a bulk write kept the sorted
+    index an earlier walk built or gave it up."""
     from spark_statestore.txn import keyspace as txn_keyspace
 
     rng = random.Random(7)
@@ -108,8 +113,10 @@ def test_bulk_puts_buffer_and_count_what_puts_one_by_one_do(tmp_path, limit):
         for step in range(300):
             size = rng.randint(0, 40)
             pairs = [(rng.choice(keys), bytes([rng.randrange(256)]) * rng.randint(1, 9)) for _ in range(size)]
-            if rng.random() < 0.2 and pairs:  # a deletion: that chunk goes pair by pair
+            if rng.random() < 0.2 and pairs:  # a deletion
                 pairs[rng.randrange(len(pairs))] = (rng.choice(keys), None)
+            if rng.random() < 0.3:  # many: of pending puts, of tombstones, of keys never written
+                pairs = [(key, None if rng.random() < 0.4 else value) for key, value in pairs]
             if rng.random() < 0.5:
                 pairs = list(dict(pairs).items())  # distinct keys: the bulk path
             bulk.put_many(pairs)

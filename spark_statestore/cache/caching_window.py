@@ -9,16 +9,22 @@ Stores that retain duplicates cannot be cached, as in Kafka Streams.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from spark_statestore.cache.caching import CachingLayer, OnFlush
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, ThreadCache
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
-from spark_statestore.stores.window_api import WindowStore, log
-from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
-from spark_statestore.stores.windowed import Windowed, window_of
-from spark_statestore.validation import check_window_get, check_window_records
+from spark_statestore.stores.window_api import WindowStore
+from spark_statestore.stores.window_layout import (
+    skip_scan,
+    skip_scan_backward,
+    start_of,
+    stored_keys,
+    ws_bytes,
+)
+from spark_statestore.stores.windowed import WindowColumns, Windowed, window_of
+from spark_statestore.validation import check_window_get, check_window_records, check_window_write_columns
 
 
 class CachingWindowStore(CachingLayer, WindowStore):
@@ -70,30 +76,37 @@ class CachingWindowStore(CachingLayer, WindowStore):
         if not self._open:
             raise self._closed()
         if not self._passes_by():
-            self._named.put_many(self._live_entries(check_window_records(records)), True)
+            super().put_all(records)
             return
         if self._named:  # entries read earlier would hide these writes
             records = check_window_records(records)
             self._named.remove_many(ws_bytes(start) + key for key, _, start in records)
         self._inner.put_all(records)
 
-    def _live_entries(self, records: list[tuple[bytes, bytes | None, int]]) -> Iterator[tuple[bytes, bytes | None]]:
-        """The cache entries of the records, each taken as `put` takes it when its turn
-        comes: stream time advances, and a record that is not live is dropped and counted.
-        (Only this advances the observed stream time meanwhile: a flush hands the store
-        the cache's own.)"""
-        now = self.observed_stream_time
-        advances = self._records_advance
-        retention = self.retention_period
-        for key, value, start in records:
-            if advances and start > self._stream_time:
-                self._advance(start)
-                now = max(now, start)
-            if start <= now - retention:
-                self.metrics.dropped_records_total += 1
-                log.debug("store %r dropped a record for expired window start %d", self._name, start)
-                continue
-            yield ws_bytes(start) + key, value
+    def put_columns(
+        self, keys: Sequence[bytes], values: Sequence[bytes | None], window_starts: Sequence[int]
+    ) -> None:
+        """`put_all` of three columns (see `WindowStore.put_columns`), in one pass through
+        the cache, or straight to the store where the cache cannot help."""
+        if not self._open:
+            raise self._closed()
+        if not self._passes_by():
+            super().put_columns(keys, values, window_starts)
+            return
+        keys, values, starts = check_window_write_columns(keys, values, window_starts)
+        if self._named:  # entries read earlier would hide these writes
+            self._named.remove_many(stored_keys(keys, starts))
+        self._inner.put_columns(keys, values, starts)
+
+    def _put_live_columns(self, keys: list[bytes], values: list[bytes | None], starts: list[int]) -> None:
+        """Live records as dirty cache entries, in one pass. The cache's stream time moves
+        to the records' largest start first (which of them are live was decided record by
+        record already: see `WindowStore._put_checked_columns`), so an eviction among them
+        hands the store that time, as a flush after the last of them would."""
+        latest = max(starts)
+        if self._records_advance and latest > self._stream_time:
+            self._advance(latest)
+        self._named.put_many(zip(stored_keys(keys, starts), values), True)
 
     def _get_live(self, key: bytes, window_start: int) -> bytes | None:
         cache_key = ws_bytes(window_start) + key
@@ -156,6 +169,14 @@ class CachingWindowStore(CachingLayer, WindowStore):
             if window is None or window.start != start:
                 window = window_of(start, size)
             yield Windowed(entry_key[8:], window), value
+
+    def _read_range_columns(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
+    ) -> WindowColumns:
+        """The store's own bulk read while the cache holds nothing (no entry to merge)."""
+        if self._named:
+            return super()._read_range_columns(key_from, key_to, lo, hi)
+        return self._inner.fetch_range_columns(key_from, key_to, lo, hi)
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """Write what is still live; forward every change (an update made while its window

@@ -183,6 +183,14 @@ class StrSerde(Serde):
         except UnicodeDecodeError as e:
             raise malformed(self, data, e) from None
 
+    def decode_many(self, data: list) -> list:
+        if type(self).decode is StrSerde.decode and _all_of_type(data, bytes):
+            try:
+                return list(map(bytes.decode, data))  # UTF-8, at C level
+            except UnicodeDecodeError:
+                pass  # bytes this serde did not write: the per-value path names them
+        return super().decode_many(data)
+
     def encoder(self, name: str = "value", nullable: bool = False) -> Callable[[Any], bytes | None]:
         if type(self).encode is not StrSerde.encode:
             return super().encoder(name, nullable)
@@ -263,11 +271,18 @@ class IntSerde(Serde):
         return array.astype(">i8").view("V8").tolist()
 
     def decode_many(self, data: list) -> list:
-        if None in data or any(len(d) != 8 for d in data):
-            return super().decode_many(data)
+        present = [d for d in data if d is not None] if None in data else data
+        if type(self).decode is not IntSerde.decode or not (
+            set(map(type, present)) <= {bytes} and set(map(len, present)) <= {8}
+        ):
+            return super().decode_many(data)  # the per-value path names what is wrong
         import numpy as np
 
-        return np.frombuffer(b"".join(data), ">i8").tolist()
+        decoded = np.frombuffer(b"".join(present), ">i8").tolist()
+        if present is data:
+            return decoded
+        found = iter(decoded)  # the missing ones stay None
+        return [None if d is None else next(found) for d in data]
 
     def encoder(self, name: str = "value", nullable: bool = False) -> Callable[[Any], bytes | None]:
         if type(self).encode is not IntSerde.encode:

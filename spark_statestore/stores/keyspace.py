@@ -9,13 +9,16 @@ need not know which one they run on.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Iterable, Iterator, Protocol, Sequence
 
 import rocksdict
 
 from spark_statestore.stores.rocksdb import RocksDatabase
-from spark_statestore.stores.rocksdb_scan import first_in, last_in
+from spark_statestore.stores.rocksdb_scan import first_in, last_in, scan_pairs
 from spark_statestore.stores.sorted_map import SortedMap
+
+_first, _second = itemgetter(0), itemgetter(1)
 
 
 class KeySpace(Protocol):
@@ -43,6 +46,11 @@ class KeySpace(Protocol):
         self, lo: bytes | None, hi: bytes | None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]: ...
 
+    def scan_columns(self, lo: bytes | None, hi: bytes | None) -> tuple[list[bytes], list[bytes]]:
+        """A forward `scan`, whole, as `(keys, values)` lists (a keyspace that can read
+        them without a Python step per pair does)."""
+        return columns_of(list(self.scan(lo, hi)))
+
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None: ...
 
     def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None: ...
@@ -50,6 +58,11 @@ class KeySpace(Protocol):
     def approximate_num_entries(self) -> int: ...
 
     def flush(self) -> None: ...
+
+
+def columns_of(pairs: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
+    """`(key, value)` pairs as a keys list and a values list (C-level passes)."""
+    return list(map(_first, pairs)), list(map(_second, pairs))
 
 
 class MemoryKeySpace(KeySpace):
@@ -110,9 +123,13 @@ class ColumnFamilyKeySpace(KeySpace):
         cf = db.column_family(name)
         self._cf = cf
         self.get = cf.get
-        self.get_many = cf.get  # rocksdict's get of a list is a RocksDB multi-get
         self.put = cf.put
         self.delete = cf.delete
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """One `get` per key, mapped at C level: rocksdict's multi-get (`get` of a list)
+        measured 1.3 to 2.5 times slower per key, for present and absent keys alike."""
+        return list(map(self.get, keys))
 
     def put_many(self, pairs: Iterable[tuple[bytes, bytes | None]]) -> None:
         batch = rocksdict.WriteBatch(raw_mode=True)
@@ -132,6 +149,9 @@ class ColumnFamilyKeySpace(KeySpace):
         self, lo: bytes | None, hi: bytes | None, reverse: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
         return self.db.scan(self._cf, lo, hi, reverse)
+
+    def scan_columns(self, lo: bytes | None, hi: bytes | None) -> tuple[list[bytes], list[bytes]]:
+        return columns_of(scan_pairs(self._cf, lo, hi))
 
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
         return first_in(self._cf, lo, hi)

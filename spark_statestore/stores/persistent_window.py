@@ -21,6 +21,9 @@ with the data.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import repeat
+from operator import itemgetter
 from typing import Any, Callable, Iterator
 
 from spark_statestore.serde import escape, unescape
@@ -29,13 +32,21 @@ from spark_statestore.stores.damage import storage_error
 from spark_statestore.stores.keyspace import KeySpace
 from spark_statestore.stores.spec import WindowSpec
 from spark_statestore.stores.window_api import WindowStore
-from spark_statestore.stores.window_layout import skip_scan, skip_scan_backward, start_of, ws_bytes
-from spark_statestore.stores.windowed import Windowed, window_of
-from spark_statestore.validation import check_window_columns
+from spark_statestore.stores.window_layout import (
+    skip_scan,
+    skip_scan_backward,
+    start_of,
+    stored_keys,
+    ws_bytes,
+)
+from spark_statestore.stores.windowed import WindowColumns, Windowed, window_of
+from spark_statestore.validation import check_window_columns, keys_are_bytes, times_are_valid
 
 STREAM_TIME_KEY = b"\xff\x01stream_time"
 _SEQUENCE_KEY = b"\xff\x02sequence"
 _SEQUENCE_BLOCK = 1 << 16
+_first, _second = itemgetter(0), itemgetter(1)
+_after_start = itemgetter(slice(8, None))  # a stored key without its window start
 
 
 class RocksDBWindowStore(WindowStore):
@@ -96,6 +107,14 @@ class RocksDBWindowStore(WindowStore):
         else:
             self._ks.put(ws_bytes(window_start) + key, value)
 
+    def _put_live_columns(self, keys: list[bytes], values: list[bytes | None], starts: list[int]) -> None:
+        """Live records in bulk: one window-start prefix per distinct start, and the
+        keyspace takes the columns (a transaction buffers them by chunks)."""
+        if self.retain_duplicates:
+            super()._put_live_columns(keys, values, starts)
+            return
+        self._ks.put_columns(stored_keys(keys, starts), values)
+
     def _advance(self, time: int) -> None:
         """A new stream time: persist it (with the data) and expire what fell out."""
         self._stream_time = time
@@ -125,13 +144,20 @@ class RocksDBWindowStore(WindowStore):
             return super().get_all(keys, window_starts)
         if not self._open:
             raise self._closed()
-        checked = check_window_columns(keys, window_starts)
+        lists = type(keys) is list and type(window_starts) is list and len(keys) == len(window_starts)
+        if not (lists and keys_are_bytes(keys) and times_are_valid(window_starts)):
+            checked = check_window_columns(keys, window_starts)
+            keys, window_starts = list(map(_first, checked)), list(map(_second, checked))
+        if not keys:
+            return []
         try:
-            values = self._ks.get_many([ws_bytes(s) + k for k, s in checked]) if checked else []
+            values = self._ks.get_many(stored_keys(keys, window_starts))
         except Exception as e:
             raise storage_error(e) from None
         expired_up_to = self.observed_stream_time - self.retention_period
-        return [None if s <= expired_up_to else v for v, (_, s) in zip(values, checked)]
+        if min(window_starts) > expired_up_to:
+            return values
+        return [None if s <= expired_up_to else v for v, s in zip(values, window_starts)]
 
     def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:
         return self._walk_key_backward(key, lo, hi) if reverse else self._walk_key(key, lo, hi)
@@ -145,6 +171,24 @@ class RocksDBWindowStore(WindowStore):
         if reverse:
             return self._skip_range_backward(key_from, key_to, lo, hi)
         return self._skip_range(key_from, key_to, lo, hi)
+
+    def _read_range_columns(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
+    ) -> WindowColumns:
+        """Every key's windows in [lo, hi] by one bulk scan (the layout's order is the
+        read order): keys cut from the stored keys at C level, each window start decoded
+        once for its run of keys (bisect over the sorted keys)."""
+        if self.retain_duplicates or key_from is not None or key_to is not None:
+            return super()._read_range_columns(key_from, key_to, lo, hi)
+        stored, values = self._ks.scan_columns(ws_bytes(lo), ws_bytes(hi + 1))
+        starts: list[int] = []
+        i, count = 0, len(stored)
+        while i < count:
+            start = start_of(stored[i])
+            j = bisect_left(stored, ws_bytes(start + 1), i)
+            starts += repeat(start, j - i)
+            i = j
+        return WindowColumns(list(map(_after_start, stored)), values, starts)
 
     def _entries_of(self, start: int, part: bytes, reverse: bool) -> Iterator[tuple[int, bytes]]:
         """Every value of one key (given as its key part) in one window."""

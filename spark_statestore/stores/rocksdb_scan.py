@@ -37,6 +37,17 @@ def scan_column_family(
     _check_scan_end(cf, opts, lo, hi, last, reverse)
 
 
+def scan_pairs(cf: rocksdict.Rdict, lo: bytes | None, hi: bytes | None) -> list[tuple[bytes, bytes]]:
+    """Forward over `lo <= key < hi`, every pair in one list: one C-level pass of one
+    iterator (no Python step per pair); a damaged table raises instead of ending early."""
+    opts = rocksdict.ReadOptions()
+    if hi is not None:
+        opts.set_iterate_upper_bound(hi)
+    pairs = list(cf.items(read_opt=opts) if lo is None else cf.items(from_key=lo, read_opt=opts))
+    _check_scan_end(cf, opts, lo, hi, pairs[-1][0] if pairs else None, False)
+    return pairs
+
+
 def scan_chunks(
     cf: rocksdict.Rdict, lo: bytes | None, hi: bytes | None, size: int
 ) -> Iterator[tuple[list[bytes], list[bytes]]]:

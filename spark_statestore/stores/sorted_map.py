@@ -71,6 +71,21 @@ class SortedMap:
                 keys.update(new_keys)
             self.version += 1
 
+    def keys_between(self, lo: Any, hi: Any) -> list:
+        """The keys in [lo, hi), in no particular order: from the index if there is one,
+        else by one pass over the dict (cheaper than building the index for one range)."""
+        keys = self._keys
+        if keys is not None:
+            return list(keys.irange(lo, hi, (True, False)))
+        return [key for key in self.data if lo <= key < hi]
+
+    def drop_index(self) -> None:
+        """Give the sorted index up (not for `eager` maps): the next ordered walk builds it
+        again, with one sort, where inserting many keys one by one would cost more."""
+        if self._keys is not None and not self._eager:
+            self._keys = None
+            self.version += 1  # open walks take keys from the index: they re-seek
+
     def pop(self, key: Any, default: Any = None) -> Any:
         data = self.data
         if key not in data:

@@ -20,7 +20,7 @@ from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
 from spark_statestore.serde.values import as_list
 from spark_statestore.stores.iterators import StoreIterator
 from spark_statestore.stores.spec import Clock
-from spark_statestore.stores.windowed import Windowed
+from spark_statestore.stores.windowed import WindowColumns, Windowed
 from spark_statestore.validation import check_items
 
 
@@ -131,6 +131,12 @@ class _Typed:
         if isinstance(serde, Serde):
             return serde.decode_many(raw)
         return list(map(self._dv_or_none, raw))
+
+    def _decode_keys(self, raw: list[bytes]) -> list[Any]:
+        serde = self.key_serde
+        if isinstance(serde, Serde):
+            return serde.decode_many(raw)
+        return list(map(self._dk, raw))
 
     def _bound(self, key: Any) -> bytes | None:
         return None if key is None else self._ek(key)
@@ -325,7 +331,17 @@ class TypedWindowStore(_Typed):
                 f"keys, values and window_starts must have the same length, got {len(encoded_keys)}, "
                 f"{len(encoded_values)} and {len(starts)}"
             )
-        self.store.put_all(list(zip(encoded_keys, encoded_values, starts)))
+        self.store.put_columns(encoded_keys, encoded_values, starts)
+
+    def fetch_range_columns(self, key_from: Any, key_to: Any, time_from: int, time_to: int) -> WindowColumns:
+        """What `fetch_range` yields, as columns (`WindowColumns`: keys, values and window
+        starts, decoded by columns)."""
+        raw = self.store.fetch_range_columns(self._bound(key_from), self._bound(key_to), time_from, time_to)
+        return WindowColumns(self._decode_keys(raw.keys), self._decode_values(raw.values), raw.window_starts)
+
+    def fetch_all_columns(self, time_from: int, time_to: int) -> WindowColumns:
+        """What `fetch_all` yields, as columns (see `fetch_range_columns`)."""
+        return self.fetch_range_columns(None, None, time_from, time_to)
 
     def fetch(self, key: Any, time_from: int, time_to: int) -> StoreIterator:
         return _decoded(self.store.fetch(self._ek(key), time_from, time_to), self._timed)

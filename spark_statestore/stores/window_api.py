@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Iterable, Iterator
+from itertools import compress
+from operator import itemgetter
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
 
 from spark_statestore.stores.api import StateStore, key_range_is_empty
 from spark_statestore.stores.damage import storage_error
 from spark_statestore.stores.iterators import StoreIterator
 from spark_statestore.stores.spec import Clock, WindowSpec
 from spark_statestore.stores.typed import TypedWindowStore
-from spark_statestore.stores.windowed import Windowed
+from spark_statestore.stores.windowed import WindowColumns, Windowed
 from spark_statestore.validation import (
     MAX_TIME,
     check_bound,
@@ -19,12 +23,17 @@ from spark_statestore.validation import (
     check_time,
     check_time_range,
     check_window_columns,
+    check_window_write_columns,
     check_window_get,
     check_window_put,
     check_window_records,
+    columns_are_bytes,
+    times_are_valid,
 )
 
 log = logging.getLogger("spark_statestore.stores")
+_TUPLE, _THREE = frozenset({tuple}), frozenset({3})
+_first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 class WindowStoreMetrics:
@@ -99,9 +108,63 @@ class WindowStore(StateStore, ABC):
     def put_all(self, records: Iterable[tuple[bytes, bytes | None, int]]) -> None:
         """Put every `(key, value, window_start)` record, in order. Every record is checked
         first: a bad one raises (naming its index) before anything is written."""
-        put = self.put
-        for key, value, start in check_window_records(records):
-            put(key, value, start)
+        if not self._open:
+            raise self._closed()
+        if type(records) is list and set(map(type, records)) <= _TUPLE and set(map(len, records)) <= _THREE:
+            keys, values = list(map(_first, records)), list(map(_second, records))
+            starts = list(map(_third, records))
+            if columns_are_bytes(keys, values) and times_are_valid(starts):
+                self._put_checked_columns(keys, values, starts)
+                return
+        checked = check_window_records(records)
+        self._put_checked_columns(
+            list(map(_first, checked)), list(map(_second, checked)), list(map(_third, checked))
+        )
+
+    def put_columns(
+        self, keys: Sequence[bytes], values: Sequence[bytes | None], window_starts: Sequence[int]
+    ) -> None:
+        """`put_all` of three columns of equal length: keys (bytes), values (bytes, or
+        None to delete) and window starts (int milliseconds). Every record is checked
+        before any is written (an error names the column and the index)."""
+        if not self._open:
+            raise self._closed()
+        self._put_checked_columns(*check_window_write_columns(keys, values, window_starts))
+
+    def _put_checked_columns(self, keys: list[bytes], values: list[bytes | None], starts: list[int]) -> None:
+        """What `put` does record by record, for checked columns at once: the stream time
+        advances with each record (a running maximum), a record not live at its turn is
+        dropped and counted, and the live ones are written before the stream time moves to
+        the columns' largest start (the same end state: expiry removes only windows below
+        the final live range, which no later live record can be in)."""
+        if not starts:
+            return
+        before = self.observed_stream_time
+        times = np.array(starts, dtype=np.int64)
+        if self._records_advance:
+            now = np.maximum.accumulate(times)
+            np.maximum(now, before, out=now)
+        else:
+            now = np.full(len(times), before, dtype=np.int64)
+        live = times > now - self.retention_period
+        dropped = len(starts) - int(np.count_nonzero(live))
+        if dropped:
+            self.metrics.dropped_records_total += dropped
+            log.debug("store %r dropped %d records for expired window starts", self._name, dropped)
+            mask = live.tolist()
+            keys, values = list(compress(keys, mask)), list(compress(values, mask))
+            starts = list(compress(starts, mask))
+        if starts:
+            self._put_live_columns(keys, values, starts)
+        latest = int(times.max())
+        if self._records_advance and latest > self._stream_time:
+            self._advance(latest)
+
+    def _put_live_columns(self, keys: list[bytes], values: list[bytes | None], starts: list[int]) -> None:
+        """Write records of live windows (checked columns); a store may do it in bulk."""
+        put_live = self._put_live
+        for key, value, start in zip(keys, values, starts):
+            put_live(key, value, start)
 
     def advance_stream_time(self, time: int) -> None:
         """Observe stream time `time` without a record, as a put at `time` would (expiring
@@ -196,6 +259,39 @@ class WindowStore(StateStore, ABC):
         if lo > time_to:  # every window in the range expired
             return StoreIterator(iter(()))
         return self._iterator(self._read_range(key_from, key_to, lo, time_to, reverse))
+
+    def fetch_range_columns(
+        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
+    ) -> WindowColumns:
+        """What `fetch_range` yields, as columns (`WindowColumns`): for code that works
+        on columns (Arrow, numpy), without a Python step per record where the store can."""
+        if not self._open:
+            raise self._closed()
+        key_from = check_bound(key_from, "key_from")
+        key_to = check_bound(key_to, "key_to")
+        time_from, time_to = check_time_range(time_from, time_to)
+        if key_range_is_empty(key_from, key_to, "fetch_range_columns"):
+            return WindowColumns([], [], [])
+        lo = self._live_from(time_from)
+        if lo > time_to:
+            return WindowColumns([], [], [])
+        try:
+            return self._read_range_columns(key_from, key_to, lo, time_to)
+        except Exception as e:
+            raise storage_error(e) from None
+
+    def fetch_all_columns(self, time_from: int, time_to: int) -> WindowColumns:
+        """What `fetch_all` yields, as columns (see `fetch_range_columns`)."""
+        return self.fetch_range_columns(None, None, time_from, time_to)
+
+    def _read_range_columns(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
+    ) -> WindowColumns:
+        """`_read_range` (forward) as columns; a store may read them in bulk."""
+        records = list(self._read_range(key_from, key_to, lo, hi, False))
+        return WindowColumns(
+            [w.key for w, _ in records], [v for _, v in records], [w.window.start for w, _ in records]
+        )
 
     def _live_from(self, time_from: int) -> int:
         """The earliest window start a new read may return (expired windows excluded)."""

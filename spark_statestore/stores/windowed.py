@@ -14,6 +14,15 @@ class Window(NamedTuple):
     end: int
 
 
+class WindowColumns(NamedTuple):
+    """Window records as three columns of equal length, in the store's read order (window
+    start, then key): what `WindowStore.put_columns` takes, in the same order."""
+
+    keys: list
+    values: list
+    window_starts: list[int]
+
+
 class Windowed(NamedTuple):
     """A key together with the window its value belongs to."""
 

@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, Sequence
 import rocksdict
 
 from spark_statestore.faults import fault_point
-from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
+from spark_statestore.stores.keyspace import ColumnFamilyKeySpace, columns_of
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.rocksdb import RocksDatabase
 from spark_statestore.stores.sorted_map import SortedMap
@@ -103,12 +103,16 @@ class TransactionalKeySpace:
         self.put_columns(list(map(_first, pairs)), list(map(_second, pairs)))
 
     def put_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
-        """`put` (or `delete`, for None) of every key with its value, in order. Puts of
+        """`put` (or `delete`, for None) of every key with its value, in order. Writes of
         distinct keys go into the buffer by chunks of `_BULK_CHUNK` (one dict update and
         one charge of the budget each, so a spill comes at most a chunk late); a chunk with
-        a deletion or a repeated key goes pair by pair. Columns, not pairs: a tuple per
-        record would be garbage-collected memory, and the collector's passes over
-        thousands of live tuples cost more than the buffering itself."""
+        a repeated key goes pair by pair. Columns, not pairs: a tuple per record would be
+        garbage-collected memory, and the collector's passes over thousands of live tuples
+        cost more than the buffering itself. A write of many keys into a buffer with a
+        sorted index gives the index up (the next ordered walk sorts again, once) rather
+        than inserting into it key by key."""
+        if len(keys) >= _BULK_CHUNK and len(keys) * 4 >= len(self.pending):
+            self.pending.drop_index()
         whole = len(keys) <= _BULK_CHUNK
         for lo in range(0, len(keys), _BULK_CHUNK):
             chunk_keys = keys if whole else keys[lo : lo + _BULK_CHUNK]
@@ -122,21 +126,24 @@ class TransactionalKeySpace:
                         put(key, value)
 
     def _put_chunk(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> bool:
-        """Buffer a chunk of puts of distinct keys at once; False (nothing done) for a
-        chunk with a deletion or a repeated key."""
+        """Buffer a chunk of writes of distinct keys at once, counted as `put` and
+        `delete` count them one by one; False (nothing done) for a chunk with a repeated
+        key."""
         if not keys:
             return True
-        if None in values or len(set(keys)) != len(keys):
+        if len(set(keys)) != len(keys):
             return False
         olds = list(map(self.pending.data.get, keys, repeat(_MISSING, len(keys))))
         added = olds.count(_MISSING)
-        if added == len(keys):  # all new: the usual case of a bulk write
+        if added == len(keys) and None not in values:  # all new puts: the usual bulk write
             delta = sum(map(len, keys)) + sum(map(len, values))
             new_keys: Sequence[bytes] = keys
         else:
-            delta = sum(map(len, values)) - sum(len(old) for old in olds if old is not _MISSING and old is not None)
             new_keys = [key for key, old in zip(keys, olds) if old is _MISSING] if added else ()
-            delta += sum(map(len, new_keys))
+            # a put costs its value, a new key its key too, a tombstone nothing more; what
+            # a write replaces gives its value's cost back
+            delta = sum(map(len, new_keys)) + sum(map(len, filter(None, values)))
+            delta -= sum(map(len, [old for old in olds if old is not _MISSING and old is not None]))
         self.pending.set_many(zip(keys, values), new_keys)
         self.entries += added
         self.memory_bytes += delta
@@ -149,7 +156,7 @@ class TransactionalKeySpace:
             return
         pending = self.pending
         freed = 0
-        removed = list(pending.iter_keys(lo, hi, True, False))
+        removed = pending.keys_between(lo, hi)
         for key in removed:
             value = pending.pop(key)
             freed += len(key) + (0 if value is None else len(value))
@@ -173,17 +180,28 @@ class TransactionalKeySpace:
         return self.committed.get(key)
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        """Many gets: pending writes answered from the buffer, the rest by one multi-get."""
-        if self.staging is not None or self.ranges:
-            return [self.get(key) for key in keys]
-        get = self.pending.get
-        out: list = [get(key, _MISSING) for key in keys]
+        """Many gets, each answered as `get` answers it: pending writes from the buffer,
+        spilled ones by one multi-get of the staging area, keys under a pending range
+        deletion as absent, the rest by one multi-get of committed data."""
+        out: list = list(map(self.pending.get, keys, repeat(_MISSING, len(keys))))
         missing = [i for i, value in enumerate(out) if value is _MISSING]
+        if missing and self.staging is not None:
+            staged = self.staging.get_many([keys[i] for i in missing])
+            for i, raw in zip(missing, staged, strict=True):
+                if raw is not None:
+                    out[i] = raw[1:] if raw[0] == 1 else None
+            missing = [i for i in missing if out[i] is _MISSING]
+        if missing and self.ranges:  # absent: under a range deletion, not written since
+            if len(self.ranges) == 1:  # the usual case (a window store's expiry): one test
+                lo, hi = self.ranges[0]
+                missing = [i for i in missing if not lo <= keys[i] < hi]
+            else:
+                missing = [i for i in missing if not _covered(self.ranges, keys[i])]
         if missing:
             found = self.committed.get_many([keys[i] for i in missing])
             for i, value in zip(missing, found, strict=True):
                 out[i] = value
-        return out
+        return [None if value is _MISSING else value for value in out] if self.ranges else out
 
     def _quiet(self, lo: bytes | None, hi: bytes | None) -> bool:
         """True when committed data alone answers reads of [lo, hi)."""
@@ -199,6 +217,13 @@ class TransactionalKeySpace:
         if self._quiet(lo, hi):
             return self.committed.scan(lo, hi, reverse)
         return self._merged_scan(lo, hi, reverse)
+
+    def scan_columns(self, lo: bytes | None, hi: bytes | None) -> tuple[list[bytes], list[bytes]]:
+        """A forward scan as `(keys, values)` lists: committed data's own where the
+        transaction wrote nothing in the range, else the merged scan's."""
+        if self._quiet(lo, hi):
+            return self.committed.scan_columns(lo, hi)
+        return columns_of(list(self._merged_scan(lo, hi, False)))
 
     def _merged_scan(
         self, lo: bytes | None, hi: bytes | None, reverse: bool

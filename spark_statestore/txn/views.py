@@ -43,6 +43,8 @@ WINDOW_READS = frozenset(
         "backward_fetch_range",
         "fetch_all",
         "backward_fetch_all",
+        "fetch_range_columns",
+        "fetch_all_columns",
         "all",
         "backward_all",
         "observed_stream_time",
@@ -88,6 +90,10 @@ class LockedKeySpace:
         if head is None:
             return iter(())
         return itertools.chain((head,), entries)
+
+    def scan_columns(self, lo: bytes | None, hi: bytes | None) -> tuple[list[bytes], list[bytes]]:
+        with self._lock:
+            return self._inner.scan_columns(lo, hi)
 
     def approximate_num_entries(self) -> int:
         return self._inner.approximate_num_entries()
