@@ -132,6 +132,39 @@ def partition_totals(raise_in=(), kill_in=(), checkpoint=None):
     return totals
 
 
+def partition_window_counts(size_ms: int, raise_in=(), checkpoint=None):
+    """mapInArrow: counts per key in tumbling windows of a watermark-clocked window store
+    (retention = the window size), vectorized; each window is emitted once, in the batch
+    whose watermark passes its end (as Spark SQL's append mode does): in the next batch its
+    window has expired (the store's stream time is then that watermark)."""
+    import numpy as np
+    import pyarrow as pa
+
+    def counts(batches, stores):
+        batch_id, attempt = _task()
+        windows = stores["windows"]
+        for batch in batches:
+            ts = batch.column("ts").to_numpy()
+            grouped = pa.table({"key": batch.column("key"), "start": ts - ts % size_ms}).group_by(
+                ["key", "start"]
+            ).aggregate([("key", "count")])
+            keys, starts = grouped.column("key"), grouped.column("start")
+            current = np.array([c or 0 for c in windows.get_all(keys, starts)], dtype=np.int64)
+            windows.put_columns(keys, current + grouped.column("key_count").to_numpy(), starts)
+            _maybe_fail(batch_id, attempt, raise_in, (), checkpoint)
+        if stores.watermark >= size_ms:  # emitted windows expire by the next batch: no deletes
+            closed = windows.fetch_all_columns(0, stores.watermark - size_ms)
+            if closed.keys:
+                yield pa.RecordBatch.from_pydict(
+                    {"key": closed.keys, "window_start": closed.window_starts, "count": closed.values},
+                    schema=pa.schema(
+                        [("key", pa.string()), ("window_start", pa.int64()), ("count", pa.int64())]
+                    ),
+                )
+
+    return counts
+
+
 class KeyTotals(StoreProcessor):
     """transformWithStateInPandas: a running total per key in a store."""
 

@@ -190,6 +190,58 @@ def test_evictions_forward_a_chain_of_changes(spark, job):
     assert tasks[tasks["query_id"] == str(query.id)]["cache_evictions"].sum() > 0
 
 
+@pytest.mark.versioned
+def test_window_counts_on_the_watermark_clock_equal_spark_sqls_window_aggregation(spark, job):
+    """Counts per key in 10 s tumbling windows, per partition in a watermark-clocked window
+    store (retention = the window size; each window emitted once, when the batch's
+    watermark passes its end, then deleted), against Spark SQL's window aggregation in
+    append mode over the same stream and watermark: the same late rows dropped, the same
+    windows emitted with the same counts, while a batch's first attempt fails after writing.
+    Spark SQL runs one batch more (without data) for the last watermark: a `mapInArrow`
+    query has no such batch, so its windows are those ending at or before the watermark of
+    its last batch."""
+    from pyspark.sql import functions as F
+
+    from spark_statestore.spark import Window
+    from spark_statestore.spark.worker.batch_times import batch_times
+
+    size = 10_000
+    windowed_counts.generate(os.path.join(job, "input"), 8, 60, keys=5)
+    stamped = events(spark, job).withColumn("event_time", F.timestamp_millis("ts")).withWatermark(
+        "event_time", "10 seconds"
+    )
+    checkpoint = os.path.join(job, "checkpoint")
+    stores = [Window("windows", size, size, key_serde=Serdes.string(), value_serde=Serdes.int64())]
+    fn = partition_function(
+        spark_jobs.partition_window_counts(size, raise_in={3}, checkpoint=checkpoint), checkpoint, stores,
+        partitions=2, emit_changes=False,
+    )
+    ours = stamped.repartition(2, "key").mapInArrow(fn, "key string, window_start long, count long")
+    sql = stamped.groupBy(F.window("event_time", "10 seconds"), "key").count().select(
+        "key", F.unix_millis(F.col("window.start")).alias("window_start"), "count"
+    )
+    for frame, name in ((ours, "output"), (sql, "sql")):
+        where = os.path.join(job, "sql-checkpoint" if name == "sql" else "checkpoint")
+        query = (
+            frame.writeStream.format("parquet").option("path", os.path.join(job, name)).outputMode("append")
+            .option("checkpointLocation", where).trigger(availableNow=True).start()
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+
+    def rows(name):
+        frame = pd.read_parquet(os.path.join(job, name))
+        columns = (frame["key"], frame["window_start"].astype(int), frame["count"].astype(int))
+        return sorted(zip(*columns, strict=True))
+
+    last = max(int(name) for name in os.listdir(os.path.join(checkpoint, "offsets")) if name.isdigit())
+    watermark = batch_times(checkpoint, last).watermark
+    expected = [row for row in rows("sql") if row[1] + size <= watermark]
+    assert watermark > 4 * size and len(expected) > 10
+    assert rows("output") == expected
+    assert_injected(job, raised={3}, killed=set())
+
+
 def test_a_different_partition_count_is_refused_on_the_driver(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 2, 40, keys=4)
     run_partition_totals(spark, job, partitions=2)
@@ -255,6 +307,62 @@ def test_an_output_closed_early_releases_the_partition_unprepared(tmp_path, adap
     assert not os.path.exists(os.path.join(config.checkpoint_location, "statestore", "0", "0.changelog"))
 
 
+def _write_offsets(checkpoint: str, batch: int, watermark: int, timestamp: int = 1_000) -> None:
+    """An offset-log entry of `batch` in Spark's format (what a task reads its times from)."""
+    offsets = os.path.join(checkpoint, "offsets")
+    os.makedirs(offsets, exist_ok=True)
+    with open(os.path.join(offsets, str(batch)), "w") as f:
+        f.write(f'v1\n{{"batchWatermarkMs":{watermark},"batchTimestampMs":{timestamp},"conf":{{}}}}\n{{}}\n')
+
+
+def test_a_partition_function_knows_its_batchs_watermark_and_its_windows_advance_to_it(tmp_path):
+    """A task reads its batch's watermark from the offset log when it declares a window
+    store on the watermark clock, also for a partition without data (mapInArrow tells it no
+    other way): the stream time is the previous batch's watermark during the batch, and
+    becomes this batch's when the batch is prepared; a records-clocked store keeps its own."""
+    from spark_statestore.spark import Window
+    from spark_statestore.spark.partitions import partition_stream
+    from spark_statestore.spark.worker.task import TaskInfo
+
+    config = _adapter_config(tmp_path)
+    stores = (Window("w", 100, 10), Window("r", 100, 10, clock="records"))
+    config = type(config)(config.checkpoint_location, stores, config.settings)
+    seen = []
+
+    def func(batches, state):
+        seen.append((state.watermark, state["w"].observed_stream_time, state["r"].observed_stream_time))
+        for start in batches:
+            state["w"].put(b"k", b"v", start)
+            state["r"].put(b"k", b"v", start)
+        return iter(())
+
+    commits = os.path.join(config.checkpoint_location, "commits")
+    for batch, watermark, starts in ((0, 0, [5]), (1, 250, [300]), (2, 400, [])):
+        _write_offsets(config.checkpoint_location, batch, watermark)
+        task = TaskInfo(batch_id=batch, partition=0, attempt=0, task_attempt_id=batch, query_id="q",
+                        stage_id=1)
+        assert list(partition_stream(func, config, task, iter(starts), None)) == []
+        os.makedirs(commits, exist_ok=True)
+        open(os.path.join(commits, str(batch)), "w").close()  # as Spark's driver does
+    assert seen == [(0, -1, -1), (250, 0, 5), (400, 250, 300)]
+
+
+def test_a_window_store_on_the_watermark_clock_needs_the_offset_log(tmp_path):
+    """Without the batch's offset-log entry (not a streaming query's checkpoint) the task
+    fails, naming the file, and the partition is released."""
+    from spark_statestore.errors import StateStoreError
+    from spark_statestore.spark import Window
+    from spark_statestore.spark.worker.task import TaskInfo
+    from spark_statestore.spark.worker.task_state import TaskState
+
+    config = _adapter_config(tmp_path)
+    config = type(config)(config.checkpoint_location, (Window("w", 100, 10),), config.settings)
+    task = TaskInfo(batch_id=0, partition=0, attempt=0, task_attempt_id=3, query_id="q", stage_id=1)
+    with pytest.raises(StateStoreError, match="watermark clock need the batch's times.*offsets/0"):
+        TaskState(config, task).open()
+    assert _partition_is_free(config)
+
+
 def test_task_state_views_and_the_watermark_of_zero(tmp_path):
     """An unknown store's view is a KeyError naming it; a watermark of 0 still moves the
     watermark-clocked window stores at the end of the batch."""
@@ -265,7 +373,10 @@ def test_task_state_views_and_the_watermark_of_zero(tmp_path):
     config = _adapter_config(tmp_path)
     config = type(config)(config.checkpoint_location, (Window("w", 100, 10),), config.settings)
     task = TaskInfo(batch_id=0, partition=0, attempt=0, task_attempt_id=9, query_id="q", stage_id=1)
+    for batch in (0, 1):  # the batches' watermarks (0: none yet), as Spark's driver writes them
+        _write_offsets(config.checkpoint_location, batch, watermark=0)
     state = TaskState(config, task).open()
+    assert state.watermark == 0  # from the offset log, before any operator tells
     with pytest.raises(KeyError, match="no store 'nope'; this operator declares \\['w'\\]"):
         state.view("nope")
     assert state.view("w").observed_stream_time == -1

@@ -18,6 +18,14 @@ writes reaches the stores at flushes, which forward one `Change(new, old)` per k
 the output is that de-duplicated change stream (KIP-63), one row per forwarded change,
 emitted as flushes happen (evictions) and at the end of the partition. The partition
 count is kept with the state: a query cannot come back with another one.
+
+Window stores on the watermark clock (the default) work as in the other adapters: during
+batch N their stream time is the watermark batch N-1 ended with, and they advance to
+batch N's watermark (Spark's offset log: the same for every partition and attempt) when
+the batch is prepared. `stores.watermark` is batch N's watermark (ms; 0 in a query
+without one, as Spark's offset log has it), so a function can emit the windows it
+closes, as Spark SQL's append mode does: those ending at or before it
+(`fetch_all_columns(0, stores.watermark - size)`), which expire by batch N+1.
 """
 
 from __future__ import annotations

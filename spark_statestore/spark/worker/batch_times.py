@@ -20,7 +20,7 @@ from spark_statestore.errors import StateStoreError
 
 class BatchTimes(NamedTuple):
     timestamp: int  # ms: the processing-time clock of TTL stores
-    watermark: int  # ms: the event-time clock of TTL stores
+    watermark: int  # ms: the event-time clock of TTL stores and watermark-clocked window stores
 
 
 def batch_times(checkpoint_location: str, batch_id: int) -> BatchTimes:
@@ -35,7 +35,8 @@ def batch_times(checkpoint_location: str, batch_id: int) -> BatchTimes:
         times = BatchTimes(int(metadata["batchTimestampMs"]), int(metadata.get("batchWatermarkMs", 0)))
     except FileNotFoundError:
         raise StateStoreError(
-            f"TTL stores need the batch's timestamp, but Spark's offset log has no {where}: is "
+            f"TTL stores and window stores on the watermark clock need the batch's times, but "
+            f"Spark's offset log has no {where}: is "
             f"{checkpoint_location!r} the query's checkpointLocation?"
         ) from None
     except (ValueError, IndexError, KeyError, TypeError) as e:

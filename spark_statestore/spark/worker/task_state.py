@@ -85,7 +85,7 @@ class TaskState:
         partition.open(self.task.batch_id)
         self.partition = partition
         runtime.opened(self)
-        self._advance_ttl_clocks(partition)
+        self._take_batch_times(partition)
         limit = settings.uncommitted_max_bytes
         if self.config.signal_target is not None and limit >= 0:
             partition.watch_uncommitted(limit, lambda total: self._signal(CROSSING, total))
@@ -98,15 +98,26 @@ class TaskState:
         self._typed = {d.name: d.typed(partition.store(d.name)) for d in self.config.declarations}
         return self
 
-    def _advance_ttl_clocks(self, partition: PartitionState) -> None:
-        """Expire TTL stores' entries on the batch's times (the same for every attempt)."""
-        if any(getattr(d, "ttl", None) is not None for d in self.config.declarations):
-            try:
-                times = batch_times(self.config.checkpoint_location, self.task.batch_id)
+    def _take_batch_times(self, partition: PartitionState) -> None:
+        """The batch's times from the offset log (the same for every attempt), where a
+        store runs on them: TTL stores expire entries on them now; window stores on the
+        watermark clock advance to the watermark when the batch is prepared (every adapter
+        gets it here, also for a partition without data; `watermark` tells the task's
+        code which windows the batch closes)."""
+        declarations = self.config.declarations
+        ttl = any(getattr(d, "ttl", None) is not None for d in declarations)
+        watermark = any(getattr(d, "clock", None) == "watermark" for d in declarations)
+        if not (ttl or watermark):
+            return
+        try:
+            times = batch_times(self.config.checkpoint_location, self.task.batch_id)
+            if ttl:
                 partition.advance_clocks(times.timestamp, times.watermark)
-            except BaseException:
-                self.abort()
-                raise
+        except BaseException:
+            self.abort()
+            raise
+        if watermark:
+            self.observe_watermark(times.watermark)
 
     def _signal(self, kind: int, uncommitted_bytes: int, figures: ReportFigures = NO_FIGURES) -> None:
         """Tell the driver that this task passed the uncommitted limit (`CROSSING`, during the
@@ -147,7 +158,8 @@ class TaskState:
         return declaration.typed(self._open_partition().store(name).read_only(level))
 
     def observe_watermark(self, watermark_ms: int | None) -> None:
-        """Remember this batch's watermark (it moves watermark-clocked stores at the end)."""
+        """Remember this batch's watermark (it moves watermark-clocked stores at the end;
+        `watermark` reads it: -1 until one is known)."""
         if watermark_ms is not None and watermark_ms > self.watermark:
             self.watermark = watermark_ms
 
