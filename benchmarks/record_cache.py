@@ -10,8 +10,10 @@ partition does. Workloads:
   kv       running count per key, `--keys` keys (every key written in every micro-batch)
   kv-hot   the same over 1/10 of the keys (all of them fit in the cache)
   window   count per key and 10 s tumbling window (event time advancing 60 s per
-           micro-batch, retention 20 s), closed windows emitted with `fetch_all` and
-           deleted with `put_columns` of None, as steady_state.py's window counts do
+           micro-batch) in a store on the watermark clock (retention 10 s; the stream time
+           moves to the micro-batch's watermark, its input's largest event time minus 10 s,
+           after it): the windows a micro-batch's watermark closes are emitted with
+           `fetch_all_columns`, as steady_state.py's window counts do
 
 With the cache on and no listener (the partition's case without `emit_changes`), the bulk
 calls pass the cache by (see `spark_statestore.cache.caching`). The `+changes` workloads set
@@ -38,7 +40,7 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,7 +51,7 @@ from common import print_table  # noqa: E402
 from spark_statestore import Serdes, Stores, ThreadCache  # noqa: E402
 
 ARROW_BATCH = 10_000  # rows per Arrow batch, Spark's default maxRecordsPerBatch
-WINDOW_MS, RETENTION_MS = 10_000, 20_000
+WINDOW_MS, DELAY_MS = 10_000, 10_000
 
 
 def micro_batches(batches: int, rows: int, keys: int, seed: int = 1) -> list[list[pa.Table]]:
@@ -77,23 +79,22 @@ def kv_batch(store: Any, tables: list[pa.Table]) -> None:
         store.put_columns(keys, current + grouped.column("key_count_sum").to_numpy())
 
 
-def window_batch(store: Any, tables: list[pa.Table]) -> None:
+def window_batch(store: Any, tables: list[pa.Table], watermark: int) -> int:
+    """One micro-batch of window counts; returns the windows it emitted."""
     for t in tables:
         keys, starts = t.column("key"), t.column("start")
         current = np.array([c or 0 for c in store.get_all(keys, starts)], dtype=np.int64)
         store.put_columns(keys, current + t.column("key_count").to_numpy(), starts)
-    closed_before = store.observed_stream_time - RETENTION_MS + 1
-    if closed_before > 0:
-        done = list(store.fetch_all(0, closed_before - 1))
-        if done:
-            store.put_columns([w.key for w, _ in done], [None] * len(done), [w.window.start for w, _ in done])
+    emitted = len(store.fetch_all_columns(0, watermark - WINDOW_MS).keys) if watermark >= WINDOW_MS else 0
+    store.advance_stream_time(watermark)  # what the end of a Spark batch does: the emitted windows expire
+    return emitted
 
 
 def open_store(kind: str, path: str, cache_bytes: int, changes: list | None) -> Any:
     """The typed store, behind a cache when `cache_bytes`, whose flushes extend `changes`
     (None: no listener, as in steady_state.py's partition functions, `emit_changes=False`)."""
     if kind == "window":
-        raw: Any = Stores.persistent_window_store("windows", path, RETENTION_MS, WINDOW_MS)
+        raw: Any = Stores.persistent_window_store("windows", path, WINDOW_MS, WINDOW_MS, clock="external")
     else:
         raw = Stores.persistent_key_value_store("counts", path)
     if cache_bytes:
@@ -105,14 +106,16 @@ def run(kind: str, path: str, data: list[list[pa.Table]], cache_bytes: int, prof
         changes: list | None = None) -> tuple[float, list]:
     """Rows per second over the micro-batches after the first, and the final contents."""
     store = open_store(kind, path, cache_bytes, changes)
-    work: Callable[[Any, list[pa.Table]], None] = window_batch if kind == "window" else kv_batch
     rows = 0
     elapsed = 0.0
     for i, tables in enumerate(data):
         if i == 1 and profile is not None:
             profile.enable()
         started = time.process_time()
-        work(store, tables)
+        if kind == "window":  # the watermark of micro-batch i: what the ones before it saw, less the delay
+            window_batch(store, tables, max(0, i * 60_000 - 1 - DELAY_MS) if i else 0)
+        else:
+            kv_batch(store, tables)
         store.commit({"batch": i})
         if i > 0:
             elapsed += time.process_time() - started

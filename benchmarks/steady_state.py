@@ -11,8 +11,12 @@ compilation do not count.
           per-partition Python path can reach
   kv      per-partition running count per key (mapInArrow, `partition_function`): one
           `get_all` and one `put_columns` per Arrow batch; record cache on and off
-  window  per-partition count per key in 10 s tumbling windows (window stores), emitting
-          each window once when the stream time passed its end + 10 s; cache on and off
+  window  per-partition count per key in 10 s tumbling windows (window stores on the
+          watermark clock, a 10 s watermark delay): rows of windows that ended before the
+          previous batch's watermark are dropped, and each window is emitted once, in the
+          batch whose watermark passes its end (`fetch_all_columns`), as Spark SQL's append
+          mode does (the `sql` query: the same rows dropped, the same windows emitted, checked
+          in `tests/test_spark_partitions.py`); cache on and off
   tws     the same two counts per key in transformWithStateInPandas with stores
   sql     Spark SQL's window aggregation (10 s windows, 10 s watermark, append mode)
   aipws   the running count in applyInPandasWithState's GroupState
@@ -42,8 +46,10 @@ DELAY_MS = 10_000
 COUNT_SCHEMA = "key string, count long"
 WINDOW_SCHEMA = "key string, window_start long, count long"
 KV_STORES = [KeyValue("counts", Serdes.string(), Serdes.int64())]
+# the watermark clock with retention = the window size: a window lives until the watermark
+# passes its end, as in Spark SQL
 WINDOW_STORES = [
-    Window("windows", WINDOW_MS + DELAY_MS, WINDOW_MS, key_serde=Serdes.string(), value_serde=Serdes.int64(), clock="records")
+    Window("windows", WINDOW_MS, WINDOW_MS, key_serde=Serdes.string(), value_serde=Serdes.int64())
 ]
 
 
@@ -86,8 +92,9 @@ def kv_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.Rec
 
 
 def window_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.RecordBatch]:
-    """Counts per key and 10 s window; a window is emitted (and deleted) once the stream
-    time passed its end plus the delay."""
+    """Counts per key and 10 s window; the windows this batch's watermark closes are
+    emitted (in the next batch they have expired: the store's stream time is then this
+    batch's watermark)."""
     windows = stores["windows"]
     for batch in batches:
         ts = batch.column("ts").to_numpy()
@@ -96,17 +103,11 @@ def window_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa
         keys, window_starts = grouped.column("key"), grouped.column("start")
         current = np.array([c or 0 for c in windows.get_all(keys, window_starts)], dtype=np.int64)
         windows.put_columns(keys, current + grouped.column("key_count").to_numpy(), window_starts)
-    closed_before = windows.observed_stream_time - DELAY_MS - WINDOW_MS + 1
-    if closed_before > 0:
-        done = list(windows.fetch_all(0, closed_before - 1))
-        if done:
-            windows.put_columns([w.key for w, _ in done], [None] * len(done), [w.window.start for w, _ in done])
+    if stores.watermark >= WINDOW_MS:  # expired by the next batch: nothing to delete
+        done = windows.fetch_all_columns(0, stores.watermark - WINDOW_MS)
+        if done.keys:
             yield pa.RecordBatch.from_pydict(
-                {
-                    "key": [w.key for w, _ in done],
-                    "window_start": [w.window.start for w, _ in done],
-                    "count": [c for _, c in done],
-                }
+                {"key": done.keys, "window_start": done.window_starts, "count": done.values}
             )
 
 
@@ -195,9 +196,14 @@ def main(args: Any, spark_builder: Any) -> None:
         fn = with_cache(cache, lambda: partition_function(kv_counts, checkpoint, KV_STORES, partitions=p, emit_changes=False))
         return events().repartition(p, "key").mapInArrow(fn, COUNT_SCHEMA)
 
+    def stamped() -> Any:  # event time and its watermark, for both windowed counts
+        return events().withColumn("event_time", F.timestamp_millis("ts")).withWatermark(
+            "event_time", f"{DELAY_MS // 1000} seconds"
+        )
+
     def window(checkpoint: str, cache: bool) -> Any:
         fn = with_cache(cache, lambda: partition_function(window_counts, checkpoint, WINDOW_STORES, partitions=p, emit_changes=False))
-        return events().repartition(p, "key").mapInArrow(fn, WINDOW_SCHEMA)
+        return stamped().repartition(p, "key").mapInArrow(fn, WINDOW_SCHEMA)
 
     variants = [
         ("floor: mapInArrow identity", "append", lambda c: events().repartition(p, "key").mapInArrow(identity, schema)),
@@ -208,8 +214,7 @@ def main(args: Any, spark_builder: Any) -> None:
         ("kv in transformWithStateInPandas", "update",
          lambda c: events().groupBy("key").transformWithStateInPandas(TwsCounts(c), COUNT_SCHEMA, "Update", "None")),
         ("Spark SQL window aggregation", "append",
-         lambda c: events().withColumn("event_time", F.timestamp_millis("ts")).withWatermark("event_time", "10 seconds")
-         .groupBy(F.window("event_time", "10 seconds"), "key").count()),
+         lambda c: stamped().groupBy(F.window("event_time", "10 seconds"), "key").count()),
         ("applyInPandasWithState GroupState", "update",
          lambda c: events().groupBy("key").applyInPandasWithState(aipws_counts, COUNT_SCHEMA, "count long", "Update", "NoTimeout")),
     ]
