@@ -210,6 +210,14 @@ class _BigInt(int):
     pass
 
 
+def outcome(fn):
+    """What `fn()` returns, or the type and message of the TypeError or ValueError it raises."""
+    try:
+        return fn()
+    except (TypeError, ValueError) as e:
+        return type(e), str(e)
+
+
 @pytest.mark.parametrize(
     "serde, columns",
     [
@@ -221,12 +229,6 @@ class _BigInt(int):
 def test_encoding_a_list_column_does_what_encoding_each_value_does(serde, columns):
     """`encode_many` of a Python list (at C level when every value is exactly a str, or an
     int, of the serde) gives encode's results, and for a bad value encode's error."""
-
-    def outcome(fn):
-        try:
-            return fn()
-        except (TypeError, ValueError) as e:
-            return type(e), str(e)
 
     for column in columns:
         expected = outcome(lambda: [serde.encode(v, "key") for v in column])
@@ -264,12 +266,6 @@ class _QuietBytesDecoder(type(Serdes.string())):
 def test_decoding_a_list_column_does_what_decoding_each_value_does(serde, columns):
     """`decode_many` (at C level or by numpy where the data allow) gives decode's results
     (None stays None), and for bytes the serde did not write, decode's error."""
-
-    def outcome(fn):
-        try:
-            return fn()
-        except (TypeError, ValueError) as e:
-            return type(e), str(e)
 
     for column in columns:
         expected = outcome(lambda: [None if v is None else serde.decode(v) for v in column])

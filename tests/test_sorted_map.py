@@ -53,3 +53,31 @@ def test_walks_match_a_sorted_model_under_random_changes():
         else:
             lo, hi = sorted(rng.sample(range(220), 2))
             assert list(m.iter_items(lo, hi)) == [(k, model[k]) for k in sorted(model) if lo <= k <= hi]
+
+
+def test_ordered_keys_are_sorted_once_while_the_keys_stay_the_same():
+    """Without an index, `ordered_keys` sorts once and gives the same list again until a
+    key comes or goes (an overwrite keeps it); every answer is the keys in order."""
+    from spark_statestore.stores.sorted_map import SortedMap
+
+    m = SortedMap()
+    for key in (b"c", b"a", b"b"):
+        m.set(key, 1)
+    first = m.ordered_keys()
+    assert first == [b"a", b"b", b"c"]
+    m.set(b"a", 2)  # an overwrite: the same keys
+    m.data[b"b"] = 3
+    assert m.ordered_keys() is first
+    m.set(b"0", 1)
+    assert m.ordered_keys() == [b"0", b"a", b"b", b"c"]
+    m.pop(b"b")
+    assert m.ordered_keys() == [b"0", b"a", b"c"]
+    m.set_many([(b"d", 1), (b"a", 5)], [b"d"])
+    assert m.ordered_keys() == [b"0", b"a", b"c", b"d"]
+    m.clear()
+    assert m.ordered_keys() == []
+    m.set(b"z", 1)
+    assert m.ordered_keys() == [b"z"]
+    list(m.iter_keys())  # an ordered walk builds the index: from then on it answers
+    m.set(b"y", 1)
+    assert m.ordered_keys() == [b"y", b"z"]

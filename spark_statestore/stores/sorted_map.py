@@ -35,7 +35,7 @@ _NONE: Any = object()
 class SortedMap:
     """A dict (`data`) plus a lazily built, then maintained, sorted key index."""
 
-    __slots__ = ("data", "get", "_keys", "_eager", "version")
+    __slots__ = ("data", "get", "_keys", "_eager", "version", "_ordered")
 
     def __init__(self, eager: bool = False, ordered: bool = False) -> None:
         # `ordered`: keys also keep a recency order (`touch`, `oldest_key`), for LRU caches
@@ -45,6 +45,7 @@ class SortedMap:
         self._eager = eager
         self._keys: SortedList | None = SortedList() if eager else None
         self.version = 0  # bumped on every insert of a new key and every removal
+        self._ordered: tuple[int, list] | None = None  # (version, keys sorted at that version)
 
     def __len__(self) -> int:
         return len(self.data)
@@ -111,6 +112,7 @@ class SortedMap:
 
     def clear(self) -> None:
         self.data.clear()
+        self._ordered = None
         if self._keys is not None:
             self._keys.clear()
             if not self._eager:
@@ -125,9 +127,18 @@ class SortedMap:
         return keys
 
     def ordered_keys(self) -> list:
-        """Every key in order, as a list (from the index if there is one; else sorted now,
-        without building the index: for a map walked in order once before it is cleared)."""
-        return list(self._keys) if self._keys is not None else sorted(self.data)
+        """Every key in order, as a list not to be modified (from the index if there is
+        one; else sorted now, without building the index, and kept while the keys stay the
+        same: a transaction's change set is walked in order for its changelog, then again
+        for its commit)."""
+        if self._keys is not None:
+            return list(self._keys)
+        ordered = self._ordered
+        if ordered is not None and ordered[0] == self.version:
+            return ordered[1]
+        keys = sorted(self.data)
+        self._ordered = (self.version, keys)
+        return keys
 
     def pop_first(self) -> tuple[Any, Any]:
         keys = self.sorted_keys()
