@@ -129,6 +129,8 @@ def test_read_changes_of_a_batch_range(checkpoint):
         (["read", "{cp}", "--store", "totals", "--partition", "5"], r"--partition 5: .* has partitions \[0, 1\]"),
         (["read", "{cp}", "--store", "totals", "--changes"], r"--changes needs --start"),
         (["read", "{cp}", "--store", "totals", "--changes", "--start", "3", "--end", "7"], r"--start 3 --end 7"),
+        (["read", "{cp}", "--store", "totals", "--changes", "--start", "0", "--batch", "1"], r"cannot go with --batch"),
+        (["read", "{cp}", "--store", "totals", "--changes", "--start", "0", "--uncommitted"], r"or --uncommitted"),
         (["inspect", "{cp}/nothing-here"], r"there is no spark_statestore state under .*nothing-here"),
     ],
 )

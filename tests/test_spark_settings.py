@@ -57,6 +57,8 @@ def test_values_and_byte_sizes():
         ("spark.statestore.uncommitted.maxBytes", "-2", "must be at least -1, got '-2'"),
         ("spark.statestore.snapshotInterval", "0", "must be at least 1, got '0'"),
         ("spark.statestore.minBatchesToRetain", "x", "must be an integer, got 'x'"),
+        ("spark.statestore.minBatchesToRetain", "1_0", "must be an integer, got '1_0'"),  # int() takes it as 10
+        ("spark.statestore.snapshotInterval", "\u0663", "must be an integer, got '\u0663'"),  # another script's 3
         ("spark.statestore.localDir", " ", "must be a directory path, got ' '"),
         ("spark.task.cpus", "0", "spark.task.cpus must be at least 1"),
     ],
@@ -175,6 +177,7 @@ def test_plot_metrics_draws_every_panel():
 
 def test_reader_integer_options_are_checked_like_settings_naming_the_option():
     assert int_option({"batchid": " 7 "}, "batchId") == 7  # Spark's options are case-insensitive
+    assert int_option({"batchId": "+007"}, "batchId") == 7  # what Java's Long.parseLong takes
     assert int_option({}, "batchId", 3) == 3
     with pytest.raises(ValueError, match=r"option batchId must be an integer, got 'x'"):
         int_option({"batchId": "x"}, "batchId")

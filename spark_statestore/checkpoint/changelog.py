@@ -183,6 +183,15 @@ def durable_changelog_base_id(durable: DurableDir, name: str, version: int) -> i
     return parse_base_id(durable.read_range(name, _PREFIX.size, header_len), where)
 
 
+def durable_changelog_header(durable: DurableDir, name: str, version: int, partition: int) -> ChangelogHeader:
+    """The header of the durable changelog `name` of `partition`, every field checked (two
+    small ranged reads; the body is not verified: to check what a file builds on without
+    reading it)."""
+    where = f"changelog {durable.uri(name)} of partition {partition} (version {version})"
+    header_len = _header_length(durable.read_range(name, 0, _PREFIX.size), where)
+    return ChangelogHeader.parse(durable.read_range(name, _PREFIX.size, header_len), where)
+
+
 def publish_changelog(durable: DurableDir, version: int, local_path: str, ident: int, scratch: str) -> object:
     """Publish the local changelog `local_path` (id `ident`) as version `version`; returns
     the published file's info. A different valid changelog of `version` that is already

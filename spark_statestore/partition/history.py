@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.changelog import durable_changelog_id, follow_chain
+from spark_statestore.checkpoint.changelog import durable_changelog_header, durable_changelog_id, follow_chain
 from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.names import changelog_name, list_changelogs, snapshot_versions
 from spark_statestore.checkpoint.snapshots import read_manifest
+from spark_statestore.errors import CorruptStateError
+from spark_statestore.partition.metadata import VersionId
 
 
 class StaleCopy(Exception):
@@ -91,3 +93,33 @@ class DurableHistory:
     def snapshots_between(self, low: int, high: int) -> list[int]:
         """Snapshot versions in (low, high], ascending."""
         return [v for v in self.snapshots if low < v <= high]
+
+    def base(self, version: int) -> VersionId:
+        """The version and identity the changelog of `version` on the chain builds on (from
+        its header: two small reads)."""
+        name = self.name(version)
+        try:
+            header = durable_changelog_header(self.durable, name, version, self.partition)
+        except FileNotFoundError as e:
+            raise Vanished(f"changelog {self.durable.uri(name)} disappeared") from e
+        return VersionId(header.base_version, header.base_id)
+
+    def check_chain(self, state: VersionId, head: int) -> None:
+        """`state` (a version and its identity) is on the chain of identities up to `head`
+        (the newest committed version): each changelog above it, up to `head`, builds on
+        the version below it, the first on `state` itself. A version read from files that
+        later committed versions did not build on (a crafted or stray file that still
+        verifies) raises `CorruptStateError` naming the changelog that breaks the chain."""
+        below = state
+        for version in range(state.version + 1, head + 1):
+            if version not in self.changelogs:
+                return  # nothing durable above to hold it against
+            base = self.base(version)
+            if base != below:
+                name = self.name(version)
+                raise CorruptStateError(
+                    f"version {below.version} of partition {self.partition} (identity {below.id:x}) is not the one "
+                    f"the committed history builds on: changelog {self.durable.uri(name)} (version {version}) "
+                    f"builds on version {base.version} with identity {base.id:x}"
+                )
+            below = VersionId(version, self.durable_id(version))

@@ -14,11 +14,11 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer, follow_chain
+from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import (
     changelog_name,
@@ -31,15 +31,15 @@ from spark_statestore.checkpoint.names import (
     snapshot_versions,
     statestore_dir,
 )
-from spark_statestore.errors import MissingStateError, StateStoreError
+from spark_statestore.errors import CorruptStateError, MissingStateError, StateStoreError
 from spark_statestore.partition.columnar import CHUNK, ChangeColumns, StoreColumns, changelog_columns, store_columns
 from spark_statestore.partition.generations import serving
 from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
-from spark_statestore.partition.metadata import VersionId
+from spark_statestore.partition.metadata import EMPTY, VersionId
 from spark_statestore.partition.history import DurableHistory
 from spark_statestore.partition.plan import RestorePlan
-from spark_statestore.partition.recovery import Recovery
+from spark_statestore.partition.recovery import Recovery, check_changelog_layout
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.stores.ttl import with_ttl
@@ -151,9 +151,13 @@ def change_count(state: StateLocation, version: int) -> int:
 
 def uncommitted_version(state: StateLocation, partition: int, committed: int) -> int:
     """The version a READ_UNCOMMITTED reader sees: the prepared changelog of the batch after
-    the committed one, if there is one."""
-    changelogs, _ = state.versions(partition)
-    return committed + 1 if committed + 1 in changelogs else committed
+    the committed one, if it builds on the committed version (one that does not is a
+    leftover of a run the user rolled back: the committed version is what there is)."""
+    history = DurableHistory.read(state.durable(partition), partition, committed)
+    if committed + 1 not in history.changelogs:
+        return committed
+    ident = history.identity(committed) if committed >= 0 else EMPTY.id
+    return committed + 1 if history.base(committed + 1) == VersionId(committed, ident) else committed
 
 
 MERGE_RECORDS = 1 << 20  # changelog records a bulk read merges in memory (beyond: written to its copy)
@@ -231,6 +235,8 @@ class VersionReader:
         try:
             self.db, self.loaded = recovery.load(self.version, self.committed)
             self.pending = [changelog for changelog, _, _ in recovery.kept]
+            if self.committed is not None and self.committed > self.version:  # time travel
+                cast(DurableHistory, recovery.history).check_chain(self.loaded, self.committed)
         except MissingStateError as e:
             changelogs, snapshots = self.state.versions(self.partition)
             raise MissingStateError(
@@ -307,23 +313,43 @@ def change_columns(
             f"{state.layout.history[rescaled].partitions} partitions): read {start}..{base} and {base + 1}..{end} apart"
         )
     durable = state.durable(partition)
-    available, asides = list_changelogs(durable)
     committed = state.committed_batch()
-    head = max(available, default=end) if committed is None else max(end, committed)
-    chain = follow_chain(durable, available, asides, head)
+    head = end if committed is None else max(end, committed)
+    if committed is None:  # without a commit log: the newest durable version decides
+        head = max(list_changelogs(durable)[0], default=end)
+    history = DurableHistory.read(durable, partition, head)
+    layout = Layout(state.layout.stores, None)
+    below: VersionId | None = VersionId(-1, EMPTY.id) if start == 0 else None  # what `start` builds on
+    if below is None and (start - 1 in history.changelogs or start - 1 in history.snapshots):
+        below = VersionId(start - 1, cast(int, history.identity(start - 1)))
+    if below is not None:  # before any row: every batch read is one the committed history built on
+        history.check_chain(below, head)
+    elif start in history.changelogs:  # the oldest kept: nothing below to hold it against
+        history.check_chain(VersionId(start, history.durable_id(start)), head)
     scratch = tempfile.mkdtemp(prefix="statestore-changes-", dir=workdir)
     try:
         for version in range(start, end + 1):
-            if version not in available:
-                kept = sorted(available)
+            if version not in history.changelogs:
+                kept = sorted(history.changelogs)
                 raise MissingStateError(
                     f"the changes of batch {version} of partition {partition} of {state.location} are not kept "
                     f"(changelogs kept: {_span(kept)}; retention removes older ones)"
                 )
+            name = history.name(version)
+            where = f"changelog {durable.uri(name)} of partition {partition}"
             path = os.path.join(scratch, changelog_name(version))
-            name = chain.get(version, (changelog_name(version), 0))[0]
             durable.download(name, path)
             changelog = Changelog(path, version, partition, source=f"{durable.uri(name)} of partition {partition}")
+            check_changelog_layout(layout, changelog, state.location, f"{where} (version {version})")
+            base = VersionId(changelog.base_version, changelog.base_id)
+            if below is not None and base != below:
+                raise CorruptStateError(
+                    f"{where} (version {version}) builds on version {base.version} with identity {base.id:x}, "
+                    f"not on version {below.version} of the committed history (identity {below.id:x})"
+                )
+            if changelog.id != history.durable_id(version):
+                raise CorruptStateError(f"{where} (version {version}) was replaced while it was read: read again")
+            below = VersionId(version, changelog.id)
             yield from changelog_columns(changelog, spec, version)
             os.remove(path)
     finally:

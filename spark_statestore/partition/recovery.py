@@ -103,6 +103,7 @@ class Recovery:
         self.every_batch = every_batch
         self.chunk_bytes = chunk_bytes
         self._kept = kept  # an open database and the version its open transaction prepared
+        self.history: DurableHistory | None = None  # the listing the last load went by
 
     def load(self, target: int, committed: int | None = None) -> tuple[TransactionalDatabase, VersionId]:
         """The database at version `target` (-1: the empty state) and its identity.
@@ -111,7 +112,7 @@ class Recovery:
         committed version built on (time travel sees what the later batches saw)."""
         head = target if committed is None else max(target, committed)
         for listing in range(_LISTINGS):
-            history = DurableHistory.read(self.durable, self.partition, head)
+            history = self.history = DurableHistory.read(self.durable, self.partition, head)
             fault_point("recovery:after-listing")
             try:
                 return self._load(history, target)
@@ -241,7 +242,7 @@ class Recovery:
         declared stores and build on that very state."""
         changelog = self._changelog(history, version)
         where = f"changelog {self.durable.uri(history.name(version))}"
-        self._check_changelog_layout(changelog, version, where)
+        check_changelog_layout(self.layout, changelog, self.location, f"{where} (version {version})")
         if (changelog.base_version, changelog.base_id) != tuple(committed):
             raise StaleCopy(
                 f"{where} (version {version}) builds on version {changelog.base_version}, but the state "
@@ -270,21 +271,6 @@ class Recovery:
         self.metrics.changelogs_applied += 1
         self.metrics.apply_seconds += time.perf_counter() - started
 
-    def _check_changelog_layout(self, changelog: Changelog, version: int, where: str) -> None:
-        """The changelog's layout agrees with the declared one, and it writes only to stores
-        that one of them declares (a store the query no longer declares keeps its data)."""
-        declared = set(self.layout.names)
-        if changelog.header.layout is not None:
-            recorded = Layout.from_dict(changelog.header.layout, where)
-            self.layout.check_against(recorded, self.location, where)
-            declared.update(recorded.names)
-        undeclared = sorted(set(changelog.stores) - declared)
-        if undeclared:
-            raise CorruptStateError(
-                f"{where} (version {version}) writes to stores {undeclared} that neither {self.location} "
-                f"nor the changelog's own layout declares (declared: {sorted(declared)})"
-            )
-
     def _changelog(self, history: DurableHistory, version: int) -> Changelog:
         """A verified changelog of `version`: the local copy when it is the file that was
         published, else a fresh download. A damaged durable copy raises `CorruptStateError`."""
@@ -310,3 +296,20 @@ class Recovery:
             raise CorruptStateError(f"the durable changelog of partition {self.partition} is damaged: {e}") from e
         history.downloaded(version, changelog.id)  # replaced between the two reads: read it again next time
         return changelog
+
+
+def check_changelog_layout(layout: Layout, changelog: Changelog, location: str, where: str) -> None:
+    """The changelog's own layout agrees with `layout` (`LayoutMismatchError` naming the
+    store, both declarations and `where` if not), and it writes only to stores one of them
+    declares (a store the query no longer declares keeps its data)."""
+    declared = set(layout.names)
+    if changelog.header.layout is not None:
+        recorded = Layout.from_dict(changelog.header.layout, where)
+        layout.check_against(recorded, location, where)
+        declared.update(recorded.names)
+    undeclared = sorted(set(changelog.stores) - declared)
+    if undeclared:
+        raise CorruptStateError(
+            f"{where} writes to stores {undeclared} that neither {location} nor the changelog's own "
+            f"layout declares (declared: {sorted(declared)})"
+        )

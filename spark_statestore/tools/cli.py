@@ -86,6 +86,9 @@ def _read(args: argparse.Namespace, out: TextIO) -> int:
     if args.changes:
         if args.start is None:
             raise UsageError("--changes needs --start (the first batch)")
+        if args.batch is not None or args.uncommitted:
+            raise UsageError("--changes reads the changes of committed batches --start..--end: it cannot go with "
+                             "--batch or --uncommitted")
         end = committed if args.end is None else args.end
         if end > committed or args.start > end or args.start < 0:
             raise UsageError(f"--start {args.start} --end {end}: batches must be in 0..{committed}, start <= end")

@@ -35,6 +35,7 @@ LOCAL_MAX_IDLE = "spark.statestore.localCopy.maxIdleSeconds"
 KEEP_OPEN_PARTITIONS = "spark.statestore.keepOpen.partitions"
 KEEP_OPEN_IDLE = "spark.statestore.keepOpen.idleSeconds"
 _BOOLEANS = {"true": True, "false": False}
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
 _SIZE = re.compile(r"^\s*(-?\d+)\s*([a-zA-Z]*)\s*$")
@@ -53,10 +54,12 @@ def parse_bytes(key: str, value: str, minimum: int) -> int:
 
 
 def parse_int(key: str, value: str, minimum: int) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise ValueError(f"{key} must be an integer, got {value!r}") from None
+    """An integer in ASCII digits, with an optional sign and surrounding spaces (Python's
+    `int` would also take `3_0` as 30 and other scripts' digits)."""
+    text = str(value).strip()
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    number = int(text)
     if number < minimum:
         raise ValueError(f"{key} must be at least {minimum}, got {value!r}")
     return number

@@ -51,6 +51,50 @@ def bool_option(options: Any, name: str, default: bool = False) -> bool:
     return default if raw is None else parse_bool(f"option {name}", raw)
 
 
+# the options with a value of their own kind, checked whatever the read (`check_option_values`)
+INT_OPTIONS = {
+    "batchId": 0,
+    "changeStartBatchId": 0,
+    "changeEndBatchId": 0,
+    "startingBatchId": 0,
+    "maxBatchesPerTrigger": 1,
+    "maxRowsPerTrigger": 1,
+}
+STREAM_OPTIONS = ("startingBatchId", "maxBatchesPerTrigger", "maxRowsPerTrigger")
+RANGE_OPTIONS = ("changeStartBatchId", "changeEndBatchId")
+
+
+def check_option_values(options: Any) -> None:
+    """Every option given has a value of its kind (at `load()`, for batch reads and streams
+    alike: Spark asks a source for its schema there, before anything says which read it
+    is): integers in ASCII digits at or above their minimum, booleans, isolation levels;
+    options that belong to another kind of read are refused, naming it."""
+    for name, minimum in INT_OPTIONS.items():
+        int_option(options, name, None, minimum)
+    changes = bool_option(options, "readChangeFeed")
+    raw = option(options, "isolationLevel")
+    isolation = None if raw is None else IsolationLevel.parse(raw, "option isolationLevel")
+    given = [name for name in (*STREAM_OPTIONS, *RANGE_OPTIONS) if option(options, name) is not None]
+    if not changes and given:
+        raise ValueError(f"option {given[0]} goes with readChangeFeed=true (a read of changes); this reads records")
+    if changes and option(options, "batchId") is not None:
+        raise ValueError(
+            "option batchId reads records as of a batch; the change feed reads the batches changeStartBatchId.."
+            "changeEndBatchId (or a stream from startingBatchId)"
+        )
+    if changes and isolation is IsolationLevel.READ_UNCOMMITTED:
+        raise ValueError("option isolationLevel READ_UNCOMMITTED does not apply to the change feed: it reads committed batches")
+    if option(options, "maxBatchesPerTrigger") is not None and option(options, "maxRowsPerTrigger") is not None:
+        raise ValueError("options maxBatchesPerTrigger and maxRowsPerTrigger cannot go together: give one of them")
+
+
+def refuse_options(options: Any, names: tuple[str, ...], why: str) -> None:
+    """Refuse the first of `names` that is given, saying `why` it does not apply."""
+    for name in names:
+        if option(options, name) is not None:
+            raise ValueError(f"option {name} {why}")
+
+
 def check_option_names(options: Any, known: tuple[str, ...], source: str) -> None:
     """Refuse an option `source` does not read, naming the closest one it does."""
     by_lower = {name.lower(): name for name in known}
@@ -73,6 +117,7 @@ class ReadRequest:
     @staticmethod
     def of(options: Any) -> "ReadRequest":
         check_option_names(options, OPTIONS, FORMAT)
+        check_option_values(options)
         location = option(options, "checkpointLocation") or option(options, "path")
         if not location:
             raise ValueError(f"the {FORMAT} source needs option checkpointLocation (the query's checkpoint location)")

@@ -17,10 +17,13 @@ from spark_statestore.spark.reader.records import RecordsReader
 from spark_statestore.spark.reader.request import (
     FORMAT,
     METADATA_FORMAT,
+    RANGE_OPTIONS,
+    STREAM_OPTIONS,
     ReadRequest,
     bool_option,
     check_option_names,
     option,
+    refuse_options,
 )
 from spark_statestore.spark.reader.stream import change_stream_reader
 
@@ -53,6 +56,8 @@ class StateStoreDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         request = self._request()
         if self._change_feed():
+            refuse_options(self.options, STREAM_OPTIONS, "applies to a stream (readStream); a batch read of changes "
+                           "takes changeStartBatchId and changeEndBatchId")
             return ChangeFeedReader(request, schema)
         return RecordsReader(request, schema)
 
@@ -61,6 +66,8 @@ class StateStoreDataSource(DataSource):
             raise ValueError(
                 f"a stream of {FORMAT} is the stream of committed changes: add .option('readChangeFeed', 'true')"
             )
+        refuse_options(self.options, RANGE_OPTIONS, "applies to a batch read of changes; a stream starts at "
+                       "startingBatchId and reads every batch committed after it")
         return change_stream_reader(self._request(), schema)
 
 
