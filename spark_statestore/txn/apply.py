@@ -11,7 +11,8 @@ entry is a final value, so a second application gives the same result.
 from __future__ import annotations
 
 import math
-from itertools import islice
+from collections import deque
+from itertools import islice, repeat
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import rocksdict
@@ -145,11 +146,14 @@ def apply_changes(
             put, delete = batch.put, batch.delete
             block_bytes = sum(map(len, keys)) + sum(map(len, filter(None, values)))
             if size + block_bytes < chunk_bytes:
-                for key, value in zip(keys, values):
-                    if value is None:
-                        delete(key, h)
-                    else:
-                        put(key, value, h)
+                if None in values:
+                    for key, value in zip(keys, values):
+                        if value is None:
+                            delete(key, h)
+                        else:
+                            put(key, value, h)
+                else:  # puts only (a commit's usual block): mapped at C level, no Python step per record
+                    deque(map(put, keys, values, repeat(h, len(keys))), maxlen=0)
                 size += block_bytes
                 continue
             for key, value in zip(keys, values):
