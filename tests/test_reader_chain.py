@@ -130,3 +130,41 @@ def test_the_change_feed_holds_each_changelogs_layout_against_the_states(history
         json.dump(layout, f)
     with pytest.raises(LayoutMismatchError, match="store 'kv' .*was created as .*1.changelog of partition 0"):
         _feed(checkpoint, 1, 3)
+
+
+def test_read_uncommitted_agrees_with_read_committed_after_a_late_attempt(dirs, tmp_path):
+    """A losing attempt of batch 3 publishes over the committed changelog 3 after batch 4
+    was prepared on the winner's (a narrow race a zombie task can win: the durable files
+    then look as after a user's rollback, the replaced file set aside and batch 4 built on
+    it). Until batch 4 commits, a reader goes by the durable `3.changelog`, and
+    READ_UNCOMMITTED adds no prepared batch that does not build on what READ_COMMITTED
+    reads; once batch 4 commits, the chain picks the file it built on: the winner's."""
+    checkpoint, local = dirs
+    record_query_layout(checkpoint, Layout.of(wl.SPECS, 1))
+    for batch in range(3):
+        _batch(checkpoint, local, batch, b"k%d" % batch)
+        _commit(checkpoint, batch)
+    zombie, winner = (wl.partition_state(checkpoint, str(tmp_path / name)) for name in ("A", "B"))
+    for state, name in ((zombie, b"A"), (winner, b"B")):
+        state.open(3)
+        state.store("kv").put(b"attempt", name)
+    winner.prepare()
+    winner.close()
+    _batch(checkpoint, str(tmp_path / "B"), 4, b"b4")  # prepared on the winner's copy, not committed
+    zombie.prepare()  # as if it passed its commit-log check just before Spark committed batch 3
+    zombie.close()
+    _commit(checkpoint, 3)
+    location = StateLocation.open(checkpoint)
+    committed = dict(_records(checkpoint, 3, 3))
+    assert uncommitted_version(location, 0, 3) == 3
+    assert dict(_records(checkpoint, uncommitted_version(location, 0, 3), 3)) == committed
+    _commit(checkpoint, 4)
+    after = dict(_records(checkpoint, 4, 4))
+    assert (after[b"attempt"], after[b"b4"]) == (b"B", b"x")
+    assert dict(_records(checkpoint, 3, 4))[b"attempt"] == b"B"  # time travel follows the chain
+
+
+def _records(checkpoint: str, version: int, committed: int) -> list:
+    location = StateLocation.open(checkpoint)
+    with VersionReader(location, 0, version, committed) as reader:
+        return list(reader.records(location.store("kv")))

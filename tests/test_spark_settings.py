@@ -59,6 +59,8 @@ def test_values_and_byte_sizes():
         ("spark.statestore.minBatchesToRetain", "x", "must be an integer, got 'x'"),
         ("spark.statestore.minBatchesToRetain", "1_0", "must be an integer, got '1_0'"),  # int() takes it as 10
         ("spark.statestore.snapshotInterval", "\u0663", "must be an integer, got '\u0663'"),  # another script's 3
+        ("spark.statestore.snapshotInterval", "1" * 5000, "must be an integer, got '1111"),  # beyond int()'s limit
+        ("spark.statestore.cache.maxBytes", "\u0661\u0660m", "must be a byte size such as 10485760 or 10m"),
         ("spark.statestore.localDir", " ", "must be a directory path, got ' '"),
         ("spark.task.cpus", "0", "spark.task.cpus must be at least 1"),
     ],

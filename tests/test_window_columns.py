@@ -18,8 +18,9 @@ KEYS = [b"a", b"ab", b"b", b"c\x00", b"c", b"d"]
 KINDS = ["memory", "rocksdb", "txn", "txn-spilling", "cached", "cached-listening"]
 
 
-def make(kind, path, clock, dups=False, retention=40, size=5):
-    """A window store of `kind`, and what must be closed afterwards."""
+def make(kind, path, clock, dups=False, retention=40, size=5, forwarded=None, cache_bytes=600):
+    """A window store of `kind`, and what must be closed afterwards; a listening cached
+    store forwards its changes (with old values) into `forwarded`."""
     if kind == "memory":
         return Stores.in_memory_window_store("w", retention, size, dups, clock=clock), []
     if kind == "rocksdb":  # segments of 10 ms: expiry deletes ranges often
@@ -28,8 +29,8 @@ def make(kind, path, clock, dups=False, retention=40, size=5):
     db = TransactionalDatabase(path, uncommitted_max_bytes=300 if kind == "txn-spilling" else -1)
     store = db.window_store("w", retention, size, dups, 10, clock=clock)
     if kind.startswith("cached"):
-        listener = [].extend if kind == "cached-listening" else None
-        store = Stores.caching(store, ThreadCache(600), on_flush=listener)
+        listener = ([] if forwarded is None else forwarded).extend if kind == "cached-listening" else None
+        store = Stores.caching(store, ThreadCache(cache_bytes), on_flush=listener, send_old_values=True)
     return store, [db]
 
 
@@ -45,8 +46,12 @@ def columns(records):
 def test_writes_and_reads_by_columns_are_those_record_by_record(tmp_path, kind, clock):
     for seed in range(12):
         rng = random.Random(seed)
-        bulk, close_bulk = make(kind, tmp_path / f"{seed}-bulk", clock)
-        single, close_single = make(kind, tmp_path / f"{seed}-single", clock)
+        retention, cache_bytes = rng.choice([5, 7, 40]), rng.choice([1, 200, 600])  # every put may evict
+        forwarded: dict[str, list] = {"bulk": [], "single": []}
+        bulk, close_bulk = make(kind, tmp_path / f"{seed}-bulk", clock, retention=retention,
+                                forwarded=forwarded["bulk"], cache_bytes=cache_bytes)
+        single, close_single = make(kind, tmp_path / f"{seed}-single", clock, retention=retention,
+                                    forwarded=forwarded["single"], cache_bytes=cache_bytes)
         now = 0
         for step in range(60):
             now = max(0, now + rng.randint(-4, 9))
@@ -65,6 +70,7 @@ def test_writes_and_reads_by_columns_are_those_record_by_record(tmp_path, kind, 
                 for store in (bulk, single):
                     store.commit({"step": step}) if commit else store.rollback()
             where = (seed, step)
+            assert forwarded["bulk"] == forwarded["single"], where  # flushed at the same evictions, alike
             assert bulk.observed_stream_time == single.observed_stream_time, where
             assert bulk.metrics.dropped_records_total == single.metrics.dropped_records_total, where
             lo, hi = sorted(rng.choice(KEYS + [None]) or b"" for _ in range(2))
@@ -76,6 +82,34 @@ def test_writes_and_reads_by_columns_are_those_record_by_record(tmp_path, kind, 
             assert bulk.fetch_all_columns(0, 2**63 - 1) == columns(single.all()), where
         for handle in close_bulk + close_single:
             handle.close()
+
+
+def test_an_eviction_among_columns_forwards_what_puts_one_by_one_forward(tmp_path):
+    """A cache that evicts at every put: a deletion of a window that was flushed, then a
+    record far ahead (past the retention): the deletion is forwarded (with the old value),
+    as when the records are put one by one (found by a review: taking the stream time of
+    the last record first made the deletion's window expired at its eviction)."""
+    outcomes = []
+    for bulk in (False, True):
+        db = TransactionalDatabase(tmp_path / f"db-{bulk}")
+        forwarded: list = []
+        store = Stores.caching(db.window_store("w", 40, 5, False, 10), ThreadCache(1), forwarded.extend, True)
+        store.put(b"k", b"v1", 10)
+        store.flush_cache()
+        forwarded.clear()
+        if bulk:
+            store.put_columns([b"k", b"x"], [None, b"y"], [10, 100])
+        else:
+            store.put(b"k", None, 10)
+            store.put(b"x", b"y", 100)
+        store.flush_cache()
+        outcomes.append(forwarded)
+        db.close()
+    assert outcomes[1] == outcomes[0]
+    assert [(c.key, c.new_value, c.old_value, c.window_start) for c in outcomes[1]] == [
+        (b"k", None, b"v1", 10),
+        (b"x", b"y", None, 100),
+    ]
 
 
 @pytest.mark.parametrize("kind", ["memory", "rocksdb", "txn"])

@@ -99,14 +99,23 @@ class CachingWindowStore(CachingLayer, WindowStore):
         self._inner.put_columns(keys, values, starts)
 
     def _put_live_columns(self, keys: list[bytes], values: list[bytes | None], starts: list[int]) -> None:
-        """Live records as dirty cache entries, in one pass. The cache's stream time moves
-        to the records' largest start first (which of them are live was decided record by
-        record already: see `WindowStore._put_checked_columns`), so an eviction among them
-        hands the store that time, as a flush after the last of them would."""
-        latest = max(starts)
-        if self._records_advance and latest > self._stream_time:
-            self._advance(latest)
-        self._named.put_many(zip(stored_keys(keys, starts), values), True)
+        """Live records as dirty cache entries, in one pass through the cache, the cache's
+        stream time taken record by record as `put` takes it (which records are live was
+        decided so already: see `WindowStore._put_checked_columns`): an eviction among them
+        flushes with the time of the record that caused it, so it forwards what puts one
+        by one forward, and hands the store that time."""
+        if not self._records_advance:
+            self._named.put_many(zip(stored_keys(keys, starts), values), True)
+            return
+        advance = self._advance
+
+        def entries() -> Iterator[tuple[bytes, bytes | None]]:
+            for stored, value, start in zip(stored_keys(keys, starts), values, starts):
+                if start > self._stream_time:
+                    advance(start)
+                yield stored, value
+
+        self._named.put_many(entries(), True)
 
     def _get_live(self, key: bytes, window_start: int) -> bytes | None:
         cache_key = ws_bytes(window_start) + key

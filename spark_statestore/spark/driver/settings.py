@@ -35,10 +35,10 @@ LOCAL_MAX_IDLE = "spark.statestore.localCopy.maxIdleSeconds"
 KEEP_OPEN_PARTITIONS = "spark.statestore.keepOpen.partitions"
 KEEP_OPEN_IDLE = "spark.statestore.keepOpen.idleSeconds"
 _BOOLEANS = {"true": True, "false": False}
-_INTEGER = re.compile(r"[+-]?[0-9]+")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only; 30 of them is far beyond any setting
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
-_SIZE = re.compile(r"^\s*(-?\d+)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*(-?[0-9]{1,30})\s*([a-zA-Z]*)\s*$")
 
 
 def parse_bytes(key: str, value: str, minimum: int) -> int:
