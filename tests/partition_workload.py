@@ -89,6 +89,14 @@ def commit_log(checkpoint: str) -> str:
     return os.path.join(checkpoint, "commits.log")
 
 
+def spark_commit(checkpoint: str, batch: int) -> None:
+    """Batch `batch` in Spark's commit log (`commits/<batch>`), as Spark's driver writes it:
+    what readers take as committed, and what an attempt's prepare is refused after."""
+    os.makedirs(os.path.join(checkpoint, "commits"), exist_ok=True)
+    with open(os.path.join(checkpoint, "commits", str(batch)), "w") as f:
+        f.write("v1\n{}\n")
+
+
 def last_committed(checkpoint: str) -> int:
     try:
         with open(commit_log(checkpoint)) as f:

@@ -28,12 +28,6 @@ def _batch(checkpoint: str, local: str, partition: int, batch: int) -> None:
     state.close()
 
 
-def _spark_commit(checkpoint: str, batch: int) -> None:
-    os.makedirs(os.path.join(checkpoint, "commits"), exist_ok=True)
-    with open(os.path.join(checkpoint, "commits", str(batch)), "w") as f:
-        f.write("v1\n{}\n")
-
-
 def _deliver(reader: ChangeStreamReader, start: dict) -> tuple[dict, list]:
     end = reader.latestOffset()
     batches = [batch for part in reader.partitions(start, end) for batch in reader.read(part)]
@@ -50,11 +44,11 @@ def test_partitions_that_publish_after_the_reader_started_are_read(dirs, tmp_pat
     offset, rows = _deliver(reader, reader.initialOffset())
     assert rows == []  # nothing committed yet
     _batch(checkpoint, local, 1, 0)
-    _spark_commit(checkpoint, 0)
+    wl.spark_commit(checkpoint, 0)
     for batch in (1, 2):
         for partition in (0, 1):
             _batch(checkpoint, local, partition, batch)
-        _spark_commit(checkpoint, batch)
+        wl.spark_commit(checkpoint, batch)
     offset, rows = _deliver(reader, offset)
     delivered = sorted((row[0], row[1], row[3]) for row in rows)
     assert delivered == [(b, p, b"p%d-b%d" % (p, b)) for b in range(3) for p in (0, 1)]
@@ -68,7 +62,7 @@ def test_a_damaged_changelog_is_named_by_its_durable_file_and_partition(dirs, tm
     for batch in range(3):
         for partition in (0, 1):
             _batch(checkpoint, local, partition, batch)
-        _spark_commit(checkpoint, batch)
+        wl.spark_commit(checkpoint, batch)
     durable = os.path.join(checkpoint, "statestore", "1", "1.changelog")
     with open(durable, "r+b") as f:
         f.seek(os.path.getsize(durable) // 2)

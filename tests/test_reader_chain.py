@@ -29,12 +29,6 @@ def _batch(checkpoint: str, local: str, batch: int, key: bytes, value: bytes = b
     state.close()
 
 
-def _commit(checkpoint: str, batch: int) -> None:
-    os.makedirs(os.path.join(checkpoint, "commits"), exist_ok=True)
-    with open(os.path.join(checkpoint, "commits", str(batch)), "w") as f:
-        f.write("v1\n{}\n")
-
-
 def _rewrite(path: str, extra: tuple[bytes, bytes] | None = None, **header: object) -> None:
     """The changelog at `path` written again (a valid checksum and id) with `header` fields
     changed and one record `extra` more: a file that verifies but is not what was published."""
@@ -57,7 +51,7 @@ def history(dirs):
     record_query_layout(checkpoint, Layout.of(wl.SPECS, 1))
     for batch in range(4):
         _batch(checkpoint, local, batch, b"k%d" % batch)
-        _commit(checkpoint, batch)
+        wl.spark_commit(checkpoint, batch)
     return checkpoint, local
 
 
@@ -105,12 +99,12 @@ def test_read_uncommitted_ignores_a_prepared_batch_of_a_rolled_back_run(dirs):
     record_query_layout(checkpoint, Layout.of(wl.SPECS, 1))
     for batch in range(6):
         _batch(checkpoint, local, batch, b"a%d" % batch)
-        _commit(checkpoint, batch)
+        wl.spark_commit(checkpoint, batch)
     for batch in (3, 4, 5):
         os.remove(os.path.join(checkpoint, "commits", str(batch)))
     shutil.rmtree(local)  # run B on another executor
     _batch(checkpoint, local, 3, b"b3")
-    _commit(checkpoint, 3)
+    wl.spark_commit(checkpoint, 3)
     location = StateLocation.open(checkpoint)
     assert uncommitted_version(location, 0, 3) == 3
     assert _read(checkpoint, uncommitted_version(location, 0, 3), 3) == [b"a0", b"a1", b"a2", b"b3"]
@@ -143,7 +137,7 @@ def test_read_uncommitted_agrees_with_read_committed_after_a_late_attempt(dirs, 
     record_query_layout(checkpoint, Layout.of(wl.SPECS, 1))
     for batch in range(3):
         _batch(checkpoint, local, batch, b"k%d" % batch)
-        _commit(checkpoint, batch)
+        wl.spark_commit(checkpoint, batch)
     zombie, winner = (wl.partition_state(checkpoint, str(tmp_path / name)) for name in ("A", "B"))
     for state, name in ((zombie, b"A"), (winner, b"B")):
         state.open(3)
@@ -153,12 +147,12 @@ def test_read_uncommitted_agrees_with_read_committed_after_a_late_attempt(dirs, 
     _batch(checkpoint, str(tmp_path / "B"), 4, b"b4")  # prepared on the winner's copy, not committed
     zombie.prepare()  # as if it passed its commit-log check just before Spark committed batch 3
     zombie.close()
-    _commit(checkpoint, 3)
+    wl.spark_commit(checkpoint, 3)
     location = StateLocation.open(checkpoint)
     committed = dict(_records(checkpoint, 3, 3))
     assert uncommitted_version(location, 0, 3) == 3
     assert dict(_records(checkpoint, uncommitted_version(location, 0, 3), 3)) == committed
-    _commit(checkpoint, 4)
+    wl.spark_commit(checkpoint, 4)
     after = dict(_records(checkpoint, 4, 4))
     assert (after[b"attempt"], after[b"b4"]) == (b"B", b"x")
     assert dict(_records(checkpoint, 3, 4))[b"attempt"] == b"B"  # time travel follows the chain
