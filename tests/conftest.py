@@ -209,3 +209,18 @@ def bucket(s3_endpoint):
     name = f"ckpt-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").create_bucket(Bucket=name)
     return name
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked `classic_only` runs in the classic session only: its subject is the
+    Python worker's side (faults, retries, restarts, rescaling, TTL, schema changes), which
+    a Spark Connect client's query shares with a classic one; what Connect changes (the
+    query set up by a client, its conf, sources and sinks) the tests in both sessions cover."""
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        connect = callspec is not None and callspec.params.get("spark") == "connect"
+        (dropped if connect and item.get_closest_marker("classic_only") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

@@ -198,8 +198,7 @@ def test_a_burst_is_cut_into_bounded_batches_drained_back_to_back(session, tmp_p
     drain_a_burst(session, tmp_path, wake_query)
 
 
-@pytest.mark.versioned  # the Connect client of each minor; the driver part is the classic test's
-@pytest.mark.spark
+@pytest.mark.spark  # on the newest minor: each minor's admission is the classic test's, its plugin start the shim's
 def test_a_burst_is_cut_into_bounded_batches_over_spark_connect(tmp_path):
     """The same burst from a Spark Connect client, on a Connect server started with the
     plugin and the limits in its conf. The client has no JVM to wake the query with: it sends

@@ -32,7 +32,6 @@ from spark_statestore.spark.driver.jvm import ShimStatus
 from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED as ENABLED
 from spark_statestore.spark.driver.settings import SIGNAL_PORT, StateStoreSettings
 
-pytestmark = pytest.mark.versioned
 
 
 @pytest.fixture(scope="session")
@@ -42,8 +41,15 @@ def spark(classic_spark):
 
 
 DRIVER_SCRIPT = Path(__file__).with_name("shim_driver.py")
+# the test that reads each driver's result: a driver starts only when its test was selected
+DRIVER_TESTS = {
+    "plugin": "test_the_plugin_starts_the_driver_part_with_the_context",
+    "no-jar": "test_without_a_jar_the_status_says_why_and_queries_run_normally",
+    "connect": "test_a_query_of_a_spark_connect_session_is_woken_by_its_driver",
+}
 
 
+@pytest.mark.versioned
 def test_settings_defaults_and_values():
     defaults = StateStoreSettings.defaults()
     assert (defaults.early_trigger_enabled, defaults.signal_port) == (True, 0)
@@ -52,6 +58,7 @@ def test_settings_defaults_and_values():
     assert (settings.early_trigger_enabled, settings.signal_port) == (False, 40123)
 
 
+@pytest.mark.versioned
 @pytest.mark.parametrize("after_batch", ["3", 2.0, True, -2, 1 << 63])
 def test_a_wake_for_a_batch_that_is_no_batch_id_is_refused(after_batch):
     """Not a silent False (a wake's failures are best effort, a caller's mistake is not)."""
@@ -71,12 +78,14 @@ def test_a_wake_for_a_batch_that_is_no_batch_id_is_refused(after_batch):
         (SIGNAL_PORT, "65536", f"{SIGNAL_PORT} must be a port number in 0..65535, got '65536'"),
     ],
 )
+@pytest.mark.versioned
 def test_bad_settings_name_the_key_and_the_value(key, value, message):
     with pytest.raises(ValueError) as error:
         StateStoreSettings.from_conf({key: value}.get)
     assert str(error.value) == message
 
 
+@pytest.mark.versioned
 def test_a_session_without_a_driver_jvm_gets_a_status_not_an_error():
     from spark_statestore.spark.driver.jvm import activate_shim, query_trigger, wake
 
@@ -94,12 +103,13 @@ def test_a_session_without_a_driver_jvm_gets_a_status_not_an_error():
 
 
 @pytest.fixture(scope="module")
-def drivers(tmp_path_factory):
+def drivers(request, tmp_path_factory):
     """Driver subprocesses of their own (a clean JVM each), started early so they run
     while the other Spark tests do; each prints one JSON line."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     started = {}
-    for mode in ("plugin", "no-jar", "connect"):
+    selected = {item.name for item in request.session.items}
+    for mode in (mode for mode, test in DRIVER_TESTS.items() if test in selected):
         workdir = tmp_path_factory.mktemp(f"driver-{mode}")
         started[mode] = subprocess.Popen(
             [sys.executable, str(DRIVER_SCRIPT), mode, str(workdir)],
@@ -130,6 +140,7 @@ def session(spark, drivers):
         query.stop()
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_shim_is_loaded_into_the_running_session_once(session, spark):
     from spark_statestore.spark.driver.jvm import activate_shim
@@ -157,6 +168,7 @@ def latest_batch(session, batch: int):
     return array
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_wakeable_clock_remembers_a_wake_and_keeps_its_schedule(session):
     from spark_statestore.spark.driver.jvm import _facade
@@ -183,6 +195,7 @@ def test_wakeable_clock_remembers_a_wake_and_keeps_its_schedule(session):
     assert not waiter.is_alive() and clock.earlyReturns() == 2
 
 
+@pytest.mark.versioned
 def test_a_woken_trigger_that_ran_no_batch_looks_again_soon(session):
     """The input a wake was for was not there yet: the next waits end after 0.1 s, doubling,
     until a batch runs (then the plain schedule), or after the last poll (3.2 s)."""
@@ -233,6 +246,7 @@ def batch_1_running(session, tmp_path) -> Iterator[tuple[FileStream, Path, Any]]
         yield stream, control, query
 
 
+@pytest.mark.versioned
 def test_a_wake_for_a_batch_that_ran_already_is_dropped(session):
     """`wakeAfter(b)` starts batch b + 1; once b + 1 has run, the wake is stale: pending or
     arriving while the query waits, it ends no wait. A plain wake is never stale."""
@@ -270,6 +284,7 @@ def test_a_wake_for_a_batch_that_ran_already_is_dropped(session):
     assert clock.waitTillTime(far) < far and (clock.earlyReturns(), clock.droppedWakes()) == (4, 2)
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_a_real_query_drops_a_stale_wake_and_polls_after_an_empty_woken_trigger(session, tmp_path):
     """The clock reads a real query's latest batch: a wake after batch 0 that arrives while
@@ -295,6 +310,7 @@ def test_a_real_query_drops_a_stale_wake_and_polls_after_an_empty_woken_trigger(
         assert (trigger.early_wakes, trigger.dropped_wakes) == (3, 1)
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_only_the_woken_query_runs_its_next_batch(session, tmp_path):
     from spark_statestore.spark.driver.jvm import query_trigger, wake
@@ -319,6 +335,7 @@ def test_only_the_woken_query_runs_its_next_batch(session, tmp_path):
     idle_query.stop()
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_a_wake_during_a_batch_starts_the_next_batch_when_it_ends(session, tmp_path):
     from spark_statestore.spark.driver.jvm import wake
@@ -329,6 +346,7 @@ def test_a_wake_during_a_batch_starts_the_next_batch_when_it_ends(session, tmp_p
         wait_until(lambda: batches(query) == [0, 1, 2], what="batch 2 right after batch 1")
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_restarted_query_is_still_wakeable_and_stop_while_waiting_returns(session, tmp_path):
     from spark_statestore.spark.driver.jvm import query_trigger, wake
@@ -355,6 +373,7 @@ def test_restarted_query_is_still_wakeable_and_stop_while_waiting_returns(sessio
     restarted.stop()
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_trigger_kinds_of_queries_that_never_wait(session, tmp_path):
     from spark_statestore.spark.driver.jvm import query_trigger, wake
@@ -387,6 +406,7 @@ def test_trigger_kinds_of_queries_that_never_wait(session, tmp_path):
 # -- the plugin, in drivers of their own ------------------------------------------------
 
 
+# on the newest minor: the plugin starts on the others in the Connect driver's server
 @pytest.mark.spark
 def test_the_plugin_starts_the_driver_part_with_the_context(drivers):
     """`spark.plugins` with the jar in `spark.jars`: the session has the receiver's address in
@@ -406,6 +426,7 @@ def test_the_plugin_starts_the_driver_part_with_the_context(drivers):
     assert len(nothing) == 1 and "(availableNow trigger)" in nothing[0]  # two crossings, said once
 
 
+# on the newest minor: without the jar no minor-specific part of the shim runs
 @pytest.mark.spark
 def test_without_a_jar_the_status_says_why_and_queries_run_normally(drivers):
     result, _ = driver_result(drivers, "no-jar")
@@ -417,6 +438,7 @@ def test_without_a_jar_the_status_says_why_and_queries_run_normally(drivers):
     assert result["status"]["reason"] in result["warnings"][0]
 
 
+@pytest.mark.versioned
 @pytest.mark.spark
 def test_a_query_of_a_spark_connect_session_is_woken_by_its_driver(drivers):
     """A Spark Connect server started with `--jars <jar> --conf spark.plugins=...`: its client

@@ -103,7 +103,7 @@ def last_value(path: Path) -> int | None:
     return int(rows[-1][1]) if len(rows) > 1 else None
 
 
-@pytest.mark.versioned
+# on the newest minor: each minor's source is the classic test's, its plugin start the shim's
 def test_a_spark_connect_servers_csv_sink_shows_the_figures_of_a_clients_query(tmp_path):
     """A Connect server started with the plugin and Spark's CSV sink: the client's query's
     figures reach the sink's files, one per metric

@@ -32,6 +32,7 @@ from spark_statestore.spark.reader.stream import ChangeStreamReader
 
 pytestmark = [
     pytest.mark.versioned,
+    pytest.mark.classic_only,
     pytest.mark.skipif(
         not compat.FACTS.reader_filter_pushdown, reason=f"pyspark {compat.VERSION} readers take no filters"
     ),

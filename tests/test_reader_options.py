@@ -80,6 +80,7 @@ def test_boolean_options_take_true_and_false_in_any_case(spark, state):
          r"maxBatchesPerTrigger and maxRowsPerTrigger cannot go together"),
     ],
 )
+@pytest.mark.classic_only
 def test_a_bad_option_fails_at_load_naming_it(spark, state, options, message):
     with pytest.raises(Exception, match=message):
         _load(spark, state, **options)

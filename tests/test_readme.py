@@ -110,8 +110,7 @@ def _shell(code: str, tmp_path) -> str:
     return done.stdout
 
 
-@pytest.mark.spark
-@pytest.mark.versioned
+@pytest.mark.spark  # on the newest minor: the others run the adapters and reader of these blocks
 def test_the_spark_blocks_run_in_order_on_one_query(spark, tmp_path):
     """The "In Spark" processor counts the input per key, the reader reads the totals back,
     the command line reads and verifies them, and the rescale command moves them."""

@@ -92,6 +92,7 @@ def check_group_totals(job):
 
 
 @pytest.mark.versioned
+@pytest.mark.classic_only
 def test_group_state_exactly_once_with_task_failures_and_a_killed_worker(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
     fn, query = run_group_totals(spark, job, raise_in={1}, kill_in={3})
@@ -104,6 +105,7 @@ def test_group_state_exactly_once_with_task_failures_and_a_killed_worker(spark, 
     assert tasks.groupby(["batch_id", "partition"]).size().max() == 1
 
 
+@pytest.mark.classic_only
 def test_group_state_exactly_once_across_restart_with_lost_local_state(spark, job, tmp_path):
     inputs = os.path.join(job, "input")
     windowed_counts.generate(inputs, 3, 80, keys=6)
@@ -160,6 +162,7 @@ def check_change_stream(job, deduplicated=True):
 
 
 @pytest.mark.versioned
+@pytest.mark.classic_only
 def test_partition_changes_exactly_once_with_task_failures_and_a_killed_worker(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 6, 80, keys=6)
     fn, query = run_partition_totals(spark, job, raise_in={1}, kill_in={3})
@@ -171,6 +174,7 @@ def test_partition_changes_exactly_once_with_task_failures_and_a_killed_worker(s
     assert (tasks["cache_flushes"] > 0).any()
 
 
+@pytest.mark.classic_only
 def test_partition_changes_exactly_once_across_restart_with_lost_local_state(spark, job, tmp_path):
     inputs = os.path.join(job, "input")
     windowed_counts.generate(inputs, 3, 80, keys=6)
@@ -181,6 +185,7 @@ def test_partition_changes_exactly_once_across_restart_with_lost_local_state(spa
     check_change_stream(job)
 
 
+@pytest.mark.classic_only
 def test_evictions_forward_a_chain_of_changes(spark, job):
     spark.conf.set("spark.statestore.cache.maxBytes", "400")  # a few entries per task slot
     windowed_counts.generate(os.path.join(job, "input"), 3, 80, keys=8)
@@ -191,6 +196,7 @@ def test_evictions_forward_a_chain_of_changes(spark, job):
 
 
 @pytest.mark.versioned
+@pytest.mark.classic_only
 def test_window_counts_on_the_watermark_clock_equal_spark_sqls_window_aggregation(spark, job):
     """Counts per key in 10 s tumbling windows, per partition in a watermark-clocked window
     store (retention = the window size; each window emitted once, when the batch's

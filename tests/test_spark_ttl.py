@@ -19,7 +19,7 @@ from spark_batches import batches
 from spark_jobs import skip_without_tws
 from spark_statestore.spark import StateStoreMetrics, partition_function, register_reader, with_stores
 
-pytestmark = [pytest.mark.spark, pytest.mark.versioned]
+pytestmark = [pytest.mark.spark, pytest.mark.classic_only]
 
 
 @pytest.fixture
@@ -90,6 +90,7 @@ def _check(spark, job, checkpoint, query):
     return output, clocks, live
 
 
+@pytest.mark.versioned  # the other adapters' TTL is the same store code: on the newest minor
 def test_tws_processor(spark, job):
     skip_without_tws(spark)
     jobs.generate(os.path.join(job, "input"), 7)

@@ -81,7 +81,8 @@ def test_windowed_counts_match_the_batch_reference(spark, job, caplog):
     assert any(r.getMessage().startswith(line) for r in caplog.records), line  # the log line, from the same records
 
 
-@pytest.mark.versioned
+# on the newest minor (the others: the killed worker's test, on the same runner)
+@pytest.mark.classic_only
 def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 7, 120, keys=6)
     processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), raise_in={1, 4})
@@ -97,6 +98,7 @@ def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):
 
 
 @pytest.mark.versioned
+@pytest.mark.classic_only
 def test_exactly_once_when_a_python_worker_is_killed_mid_batch(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 7, 120, keys=6)
     processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), kill_in={2, 5})
@@ -108,7 +110,8 @@ def test_exactly_once_when_a_python_worker_is_killed_mid_batch(spark, job):
         assert {2, 5} <= set(tasks.query("attempt > 0")["batch_id"])
 
 
-@pytest.mark.versioned
+# on the newest minor (the others: the killed worker's test, on the same runner)
+@pytest.mark.classic_only
 def test_exactly_once_across_stop_and_restart(spark, job):
     inputs = os.path.join(job, "input")
     windowed_counts.generate(inputs, 4, 120, keys=6)
@@ -121,6 +124,7 @@ def test_exactly_once_across_stop_and_restart(spark, job):
     assert query.recentProgress[0]["batchId"] > 0  # it carried on, it did not start over
 
 
+@pytest.mark.classic_only
 def test_exactly_once_when_local_state_is_lost_between_batches(spark, job):
     windowed_counts.generate(os.path.join(job, "input"), 8, 120, keys=6)
     processor = spark_jobs.FaultyCounts(os.path.join(job, "checkpoint"), wipe_local_in={3, 6})
@@ -228,6 +232,7 @@ def test_driver_pre_init_opens_no_state_and_state_is_per_partition(spark, job, t
         ('{"key": "sensor-1", "ts": 25000}\n{"ts": 26000}\n', "column 'key' has null values"),
     ],
 )
+@pytest.mark.classic_only
 def test_bad_input_rows_fail_with_the_column_and_leave_committed_state(spark, job, tmp_path, bad_rows, message):
     inputs = os.path.join(job, "input")
     windowed_counts.generate(inputs, 2, 50, keys=4)

@@ -24,6 +24,7 @@ from spark_statestore.spark import KeyValue, StateStoreMetrics, StoreProcessor, 
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.versioned,
+    pytest.mark.classic_only,
     pytest.mark.skipif(
         not compat.FACTS.row_transform_with_state, reason=f"pyspark {compat.VERSION} has no Row-based transformWithState"
     ),
