@@ -33,7 +33,6 @@ from spark_statestore.spark.driver.settings import EARLY_TRIGGER_ENABLED as ENAB
 from spark_statestore.spark.driver.settings import SIGNAL_PORT, StateStoreSettings
 
 
-
 @pytest.fixture(scope="session")
 def spark(classic_spark):
     """These tests need the driver's JVM (py4j, the shim, accumulators): classic only."""

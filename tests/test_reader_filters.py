@@ -2,9 +2,10 @@
 check of the same filters keeps (and, but for `In` under `Not`, no other), for random
 filters over random rows with nulls; a key range bounds the store's scan (string keys and
 signed int64 keys, over a snapshot and a changelog that deletes and rewrites keys, TTL
-stores too) and the reader's rows equal the filtered full read; and in Spark (classic and
-Connect) a filtered read returns what filtering the full read returns, a partition the
-filters rule out is not read at all, and so is the change feed's."""
+stores too) and the reader's rows equal the filtered full read; and in Spark (a classic
+session: a Connect client's filters reach the same workers) a filtered read returns what
+filtering the full read returns, a partition the filters rule out is not read at all, and
+so is the change feed's."""
 
 from __future__ import annotations
 

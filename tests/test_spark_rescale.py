@@ -104,12 +104,6 @@ def _run_totals(spark, job: str, files: int, start: int):
     return checkpoint
 
 
-def _classic_only(spark) -> None:
-    if compat.is_connect(spark):
-        pytest.skip("Spark's offline repartition (SparkSession._streamingCheckpointManager) is not in the "
-                    "Spark Connect client; the refusal under Connect is not tested yet")
-
-
 def _check_totals(job: str, checkpoint: str) -> None:
     """Each batch emitted every key it saw with its row count so far."""
     expected = cumulative_counts(checkpoint)
@@ -120,13 +114,12 @@ def _check_totals(job: str, checkpoint: str) -> None:
 
 
 @pytest.mark.versioned
-@pytest.mark.classic_only
+@pytest.mark.classic_only  # Spark's offline repartition (_streamingCheckpointManager) is not in the Connect client
 @pytest.mark.skipif(not compat.FACTS.offline_repartition, reason="Spark's offline repartition needs pyspark 4.2+")
 @pytest.mark.parametrize("ours_first", [True, False])
 def test_group_state_with_sparks_own_repartition_in_either_order(spark, job, ours_first):
     """applyInPandasWithState: the stores' totals and Spark's own GroupState (calls per
     key) both right after both moves, on the session's 2 shuffle partitions, then 3."""
-    _classic_only(spark)
     inputs, checkpoint = os.path.join(job, "input"), os.path.join(job, "checkpoint")
     windowed_counts.generate(inputs, 3, 60, keys=10)
     run_group_totals(spark, job)
@@ -139,9 +132,8 @@ def test_group_state_with_sparks_own_repartition_in_either_order(spark, job, our
     _check_state(spark, checkpoint, max(cumulative_counts(checkpoint)), 3)
 
 
-@pytest.mark.classic_only
+@pytest.mark.classic_only  # Spark's offline repartition is not in the Connect client: its refusal is not tested there
 def test_tws_with_one_side_moved_is_refused_naming_the_other(spark, job):
-    _classic_only(spark)
     checkpoint = _run_totals(spark, job, 2, 0)
     rescale(checkpoint, 3)
     if compat.FACTS.offline_repartition:

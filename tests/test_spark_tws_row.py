@@ -1,6 +1,7 @@
-"""A `StoreProcessor` in the Row-based `transformWithState` (pyspark 4.1+), classic and
-Spark Connect: the same stores as in transformWithStateInPandas, exactly once across a
-stop and a restart from the same checkpoint.
+"""A `StoreProcessor` in the Row-based `transformWithState` (pyspark 4.1+), in a classic
+session (`classic_only`: its workers are a Connect client's too): the same stores as in
+transformWithStateInPandas, exactly once across a stop and a restart from the same
+checkpoint.
 
 The processor emits each key's running total per batch; the reference is computed from
 the input files each committed batch read (the checkpoint's logs), so a batch whose
