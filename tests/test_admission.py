@@ -273,6 +273,74 @@ def test_a_burst_that_lands_while_the_query_is_stopped_starts_under_the_last_lim
     assert result(session, burst) == reference(session, burst)
 
 
+class HeldBus:
+    """A listener that, once armed, holds the streaming listener bus in the next progress
+    event it gets (after the shim's listener got it) until released: what a loaded driver's
+    bus running behind looks like to the shim."""
+
+    def __init__(self) -> None:
+        import threading
+
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.armed, self.holding, self.released = threading.Event(), threading.Event(), threading.Event()
+        held = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                pass
+
+            def onQueryProgress(self, event):
+                if held.armed.is_set() and not held.holding.is_set():
+                    held.holding.set()
+                    held.released.wait(600)  # released by the test however it ends
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                pass
+
+        self.listener = Listener()
+
+
+@pytest.mark.spark
+def test_the_end_of_a_run_told_after_the_next_run_began_keeps_the_next_runs_reports(session, tmp_path):
+    """The bus tells the first run's end only after the restarted run's first batch ended (its
+    tasks' reports received): those reports stay with the new run, so that batch still gets
+    its admission decision, is cut short and the burst drains. (The end of a run forgot every
+    report of the query, the new run's too: its first batch had no decision, and nothing woke
+    the century-interval query.)"""
+    from spark_statestore.spark.driver.jvm import wake
+
+    burst = Burst(tmp_path)
+    burst.add(1)
+    query = burst.start(session)
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0")
+    bus = HeldBus()
+    session.streams.addListener(bus.listener)
+    try:
+        bus.armed.set()
+        burst.add(1)
+        assert wake(session, str(query.id))
+        wait_until(bus.holding.is_set, what="the bus held in batch 1's progress")
+        first_run = burst.processed(query)
+        query.stop()  # its end waits on the held bus
+        burst.add(24)
+        query = burst.start(session)
+        wait_until(lambda: any(p["batchId"] == 2 for p in query.recentProgress), what="the new run's first batch")
+    finally:
+        bus.released.set()
+        session.streams.removeListener(bus.listener)
+    wait_until(lambda: burst.facts(2) is not None, what="the file of batch 2")
+    assert burst.facts(2).admission, "the new run's first batch had no admission decision: its reports were lost"
+    assert burst.facts(2).admission[0].cut_short
+    burst.drained(query, 24 * ROWS, "the burst drained by the restarted run")
+    assert first_run == 2 * ROWS
+    query.stop()
+    assert result(session, burst) == reference(session, burst)
+
+
 @pytest.mark.spark
 def test_a_crossing_batch_tightens_the_limit_and_it_comes_back_up(session, tmp_path):
     """A burst of files that each write three times the state of batch 0's: its first batch

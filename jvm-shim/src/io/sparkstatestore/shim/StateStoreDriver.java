@@ -234,20 +234,26 @@ public final class StateStoreDriver {
         }
     }
 
+    /**
+     * A run ended: its admission estimate is kept for the query's next run, and its tasks'
+     * reports go. The listener bus may tell a run's end after the next run started (a restart
+     * right after a stop): then the newer run and the reports of its tasks stay. Done under
+     * the query's entry, so a run starting meanwhile waits for it.
+     */
     void runEnded(String queryId, String runId) {
-        runs.computeIfPresent(queryId, (id, run) -> {
-            if (!run.runId.equals(runId)) {
+        runs.compute(queryId, (id, run) -> {
+            if (run != null && !run.runId.equals(runId)) {
                 return run;
             }
-            if (run.admission != null) {
+            if (run != null && run.admission != null) {
                 if (carried.size() >= KEEP_CARRIED) {
                     carried.clear(); // bounded: an estimate is only a head start
                 }
                 carried.put(queryId, run.admission.carried());
             }
+            reports.forget(queryId);
             return null;
         });
-        reports.forget(queryId);
     }
 
     /**
