@@ -6,6 +6,8 @@
    (it must not grow with the size of the store).
 3. Peak memory (RSS) of one transaction writing 10x and 20x `uncommitted_max_bytes`,
    against the 10x transaction with no limit, each in a fresh subprocess.
+4. Transactions of 1k writes that spill (a 16 KiB limit) against the same ones held in
+   memory: commit and rollback time, the staging column family made and dropped in each.
 
     python benchmarks/transactions.py [--writes N] [--big-keys N]
 """
@@ -118,6 +120,28 @@ def commit_latency(workdir: str, sizes: list[int]) -> list[list[object]]:
     return rows
 
 
+def spilled_ends(workdir: str, transactions: int = 30, writes: int = 1_000) -> list[list[object]]:
+    """Median ms of writing, then committing or rolling back, `writes` records, with the
+    transaction spilled to its staging column family or held in memory (WAL off, as the
+    partition state runs it)."""
+    keys = records(transactions * writes, seed=7)
+    rows = []
+    for label, limit in (("spilled (16 KiB limit)", 16 << 10), ("in memory (no limit)", -1)):
+        db = TransactionalDatabase(os.path.join(workdir, f"ends{limit}"), wal=False, uncommitted_max_bytes=limit)
+        store = db.key_value_store("s")
+        times: dict[str, list[float]] = {"commit": [], "rollback": []}
+        for n in range(transactions):
+            for key in keys[n * writes : (n + 1) * writes]:
+                store.put(key, VALUE)
+            end = "commit" if n % 2 == 0 else "rollback"
+            started = time.perf_counter()
+            getattr(db, end)()
+            times[end].append(time.perf_counter() - started)
+        rows.append([label, *(sorted(t)[len(t) // 2] * 1000 for t in times.values()), db.metrics.spills])
+        db.close()
+    return rows
+
+
 def _current_rss() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -204,6 +228,10 @@ def main() -> None:
             ["run", "written MiB", "limit MiB", "peak growth writing MiB", "peak growth incl. commit MiB", "spills"],
             mem,
         )
+        ends = spilled_ends(workdir)
+        print("\n4. ending a transaction of 1k writes (WAL off), spilled or held in memory")
+        print_table(["transaction", "commit median ms", "rollback median ms", "spills"], ends)
+        print(f"commit ms spilled/in memory = {ends[0][1] / ends[1][1]:.2f}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"headline: transactional/plain write throughput = {headline:.2f}")
