@@ -121,14 +121,14 @@ def wait_for(path: str, driver: subprocess.Popen, timeout: float = 300) -> str:
 
 def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluster, start_driver, tmp_path):
     """Four state partitions of a `StoreProcessor` on two one-core executors (no locality
-    wait): partitions run on both over the batches; in batch 3 the executor holding
+    wait): partitions run on both over the batches; in batch 2 the executor holding
     partition 1 is SIGKILLed while that task is inside the batch, and the attempt runs again
     elsewhere. (The partition function loses its executor with its worker below and runs
     speculatively; `with_stores` loses its driver: the adapters share the protocol that
     recovers.)"""
     workdir = str(tmp_path)
-    batches = write_input(workdir, 5)
-    driver = start_driver("tws", "--hold-batch", "3", "--hold-partition", "1")
+    batches = write_input(workdir, 4)
+    driver = start_driver("tws", "--hold-batch", "2", "--hold-partition", "1")
     held_on = int(wait_for(os.path.join(workdir, "held"), driver))
     assert cluster.kill_executor(held_on), f"no executor of worker {held_on} to kill"
     open(os.path.join(workdir, "release"), "w").close()
@@ -140,7 +140,7 @@ def test_partitions_move_between_executors_and_an_executor_dies_mid_batch(cluste
         workers_of[partition].add(worker)
     assert any(len(w) > 1 for w in workers_of.values()), f"no partition ever moved: {dict(workers_of)}"
     # ran again: a later attempt, or attempt 0 of a resubmitted stage (the lost executor's shuffle output)
-    assert sum(1 for b, p, _, _ in ran if (b, p) == (3, 1)) >= 2, "the killed task never ran again"
+    assert sum(1 for b, p, _, _ in ran if (b, p) == (2, 1)) >= 2, "the killed task never ran again"
 
 
 def test_a_worker_lost_for_good_and_a_new_one_joining(cluster, start_driver, tmp_path):
@@ -162,10 +162,10 @@ def test_a_worker_lost_for_good_and_a_new_one_joining(cluster, start_driver, tmp
 
 def test_the_driver_killed_and_restarted(start_driver, tmp_path):
     workdir = str(tmp_path)
-    batches = write_input(workdir, 5, seed=3)
-    driver = start_driver("group", "--hold-batch", "3", "--hold-partition", "2")
+    batches = write_input(workdir, 4, seed=3)
+    driver = start_driver("group", "--hold-batch", "2", "--hold-partition", "2")
     wait_for(os.path.join(workdir, "held"), driver)
-    os.killpg(driver.pid, signal.SIGKILL)  # the driver dies in the middle of batch 3
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver dies in the middle of batch 2
     driver.wait()
     open(os.path.join(workdir, "release"), "w").close()
     finish(start_driver("group"), workdir)  # the same checkpoint, a new driver
@@ -179,13 +179,13 @@ def test_speculative_attempts_of_one_partition(start_driver, tmp_path):
     the speculative attempt before attempt 0 reached its hold, and a speculative attempt
     that finished first would end the batch without anything held."""
     workdir = str(tmp_path)
-    batches = write_input(workdir, 4, seed=4)
+    batches = write_input(workdir, 3, seed=4)
     driver = start_driver(
-        "partition", "--speculation", "--hold-batch", "2", "--hold-partition", "3", "--hold-every-attempt"
+        "partition", "--speculation", "--hold-batch", "1", "--hold-partition", "3", "--hold-every-attempt"
     )
     wait_for(os.path.join(workdir, "held"), driver)
     deadline = time.monotonic() + 300
-    while sum(1 for b, p, _, _ in markers(workdir) if (b, p) == (2, 3)) < 2:
+    while sum(1 for b, p, _, _ in markers(workdir) if (b, p) == (1, 3)) < 2:
         assert time.monotonic() < deadline, "no speculative attempt started"
         time.sleep(0.3)
     open(os.path.join(workdir, "release"), "w").close()  # the first attempt goes on too

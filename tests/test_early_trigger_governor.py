@@ -177,7 +177,9 @@ def test_every_batch_has_a_file_with_what_the_driver_saw(session, tmp_path):
     wait_until(lambda: any(sum(o["numRowsDroppedByWatermark"] for o in p["stateOperators"])
                            for p in query.recentProgress), what="the late row dropped")
     query.stop()  # then no batch runs: after the late row's batch, a batch with no data may still come
-    progress = {p["batchId"]: p for p in query.recentProgress}
+    progress = {}
+    for p in query.recentProgress:  # an idle progress repeats the last batch's id: the batch's own comes first
+        progress.setdefault(p["batchId"], p)
     for batch_id, p in progress.items():
         wait_until(lambda b=batch_id: stream.batch_file(b) is not None, what=f"the file of batch {batch_id}")
         record = stream.batch_file(batch_id)

@@ -76,8 +76,9 @@ def active_session(spark: Any) -> Iterator[None]:
             sessions.clearActiveSession()
 
 
-def drain_listener_bus(spark: Any, timeout_ms: int = 10_000) -> None:
-    """Wait until Spark delivered the listener events it already queued."""
+def drain_listener_bus(spark: Any, timeout_ms: int = 120_000) -> None:
+    """Wait until Spark delivered the listener events it already queued (`timeout_ms` only
+    bounds a hang: a loaded driver's bus can run tens of seconds behind)."""
     try:
         bus = spark.sparkContext._jsc.sc().listenerBus()
     except Exception as e:
