@@ -218,9 +218,7 @@ def pytest_collection_modifyitems(config, items):
     query set up by a client, its conf, sources and sinks) the tests in both sessions cover."""
     kept, dropped = [], []
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        connect = callspec is not None and callspec.params.get("spark") == "connect"
-        (dropped if connect and item.get_closest_marker("classic_only") else kept).append(item)
+        (dropped if _is_connect_test(item) and item.get_closest_marker("classic_only") else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

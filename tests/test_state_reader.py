@@ -171,11 +171,10 @@ def _wait_for_file(path: str, timeout: float = 120.0) -> bool:
     return True
 
 
+# a batch is held in a foreachBatch sink, and Spark Connect runs a foreachBatch DataFrame
+# outside the query's thread: its tasks have no streaming.sql.batchId
 @pytest.mark.classic_only
 def test_isolation_levels_while_a_batch_is_held_open(spark, job):
-    if compat.is_connect(spark):
-        pytest.skip("a batch is held in a foreachBatch sink, and Spark Connect runs a foreachBatch DataFrame "
-                    "outside the query's thread: its tasks have no streaming.sql.batchId")
     held, release = os.path.join(job, "held"), os.path.join(job, "release")
 
     def sink(frame, batch_id):  # the batch's tasks prepared; it commits when this returns
