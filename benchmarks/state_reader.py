@@ -13,6 +13,9 @@ A selective read (a key range holding 0.25% of the records) is timed on both sid
 the filters Spark pushes to the state reader (pyspark 4.1+) bound each partition's scan.
 Each read also gets the CPU seconds of the whole application (the driver's JVM and every
 Python worker, from /proc: the figure a shared machine's load moves least), best of three.
+A `load()` refused at planning (a bad option) is timed against one of the Python data
+source above (median of 5 each): Spark starts a new Python worker for each, which imports
+the source's modules, as it does for the first read of a session.
 
     python benchmarks/state_reader.py [--records N] [--partitions P]
 """
@@ -91,6 +94,8 @@ class ReadyBatches(DataSource):
         return "ready_batches"
 
     def schema(self) -> str:
+        if "fail" in self.options:  # for timing a refused load
+            raise ValueError(f"option fail={self.options['fail']!r}")
         return "partition int, key string, value long"
 
     def reader(self, schema) -> DataSourceReader:
@@ -154,6 +159,24 @@ def timed(frame_factory, where: str = "true") -> tuple[float, float, tuple]:
     return best, best_cpu, result
 
 
+def failed_load_seconds(load) -> float:
+    """Median wall seconds of `load(i)` for i in 0..4, each refused at planning. Spark plans
+    a read in a Python worker that it reuses after a success but not after an error, so
+    each of these imports the source's modules into a new worker, as the first read of a
+    session does (a success is then planned in about 0.03 s)."""
+    times = []
+    for attempt in range(5):
+        started = time.perf_counter()
+        try:
+            load(attempt)
+        except Exception:  # noqa: BLE001 - the refusal is what is timed
+            pass
+        else:
+            raise SystemExit("a load meant to be refused at planning was not")
+        times.append(time.perf_counter() - started)
+    return sorted(times)[2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -174,10 +197,18 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     register_reader(spark)
     spark.dataSource.register(ReadyBatches)
+    def state_reader():
+        return spark.read.format("spark_statestore").option("checkpointLocation", location).option("store", "totals")
+
     def state():
-        return spark.read.format("spark_statestore").option("checkpointLocation", location).option("store", "totals").load()
+        return state_reader().load()
 
     try:
+        # first, while no Python worker has imported anything (a read leaves workers behind)
+        plan_state = failed_load_seconds(lambda i: state_reader().option("batchId", f"x{i}").load())
+        plan_ready = failed_load_seconds(
+            lambda i: spark.read.format("ready_batches").option("fail", str(i)).load(parquet)
+        )
         state_s, state_cpu, state_result = timed(state)
         parquet_s, parquet_cpu, parquet_result = timed(lambda: spark.read.parquet(parquet))
         selective_s, selective_cpu, selective_result = timed(state, SELECTIVE)
@@ -209,6 +240,10 @@ def main() -> None:
         [["state reader", selective_s, selective_cpu], ["parquet", selective_parquet_s, selective_parquet_cpu]],
     )
     print(f"selective read: parquet seconds / state reader seconds = {selective_parquet_s / selective_s:.2f}")
+    print(
+        f"a load() refused at planning (median of 5): state reader {plan_state:.2f} s, Python data "
+        f"source {plan_ready:.2f} s: state reader / Python data source = {plan_state / plan_ready:.2f}"
+    )
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     print(f"headline: state reader / parquet rows per second = {parquet_s and state_s and (parquet_s / state_s):.2f}")
 

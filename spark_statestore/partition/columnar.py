@@ -228,7 +228,7 @@ class ChangeColumns:
         return len(self.change)
 
 
-_DATA_KEYS_END = pa.scalar(b"\x80", pa.binary())  # a window store's bookkeeping keys start at 0xff
+_DATA_KEYS_END = b"\x80"  # a window store's bookkeeping keys start at 0xff
 
 
 def changelog_columns(changelog: Any, spec: StoreSpec, version: int) -> Iterator[ChangeColumns]:
@@ -257,7 +257,7 @@ def changelog_columns(changelog: Any, spec: StoreSpec, version: int) -> Iterator
             continue
         starts = None
         if window is not None:
-            data = pc.less(stored, _DATA_KEYS_END)
+            data = pc.less(stored, pa.scalar(_DATA_KEYS_END, pa.binary()))
             if not pc.all(data).as_py():
                 stored, raw = stored.filter(data), raw.filter(data)
             if not len(stored):

@@ -144,8 +144,9 @@ def apply_changes(
         for name, keys, values in blocks:
             h = handle(name)
             put, delete = batch.put, batch.delete
-            block_bytes = sum(map(len, keys)) + sum(map(len, filter(None, values)))
-            if size + block_bytes < chunk_bytes:
+            unchunked = chunk_bytes == math.inf  # a commit's blocks: no sizes needed
+            block_bytes = 0 if unchunked else sum(map(len, keys)) + sum(map(len, filter(None, values)))
+            if unchunked or size + block_bytes < chunk_bytes:
                 if None in values:
                     for key, value in zip(keys, values):
                         if value is None:

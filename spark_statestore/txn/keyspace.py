@@ -27,7 +27,7 @@ from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.rocksdb import RocksDatabase
 from spark_statestore.stores.sorted_map import SortedMap
 from spark_statestore.txn.apply import pair_columns
-from spark_statestore.txn.budget import MemoryBudget, uncommitted_cost
+from spark_statestore.txn.budget import ENTRY_COST, MemoryBudget, uncommitted_cost
 
 STAGING_PREFIX = "__staging__"
 _MISSING = object()
@@ -78,12 +78,17 @@ class TransactionalKeySpace:
             delta = len(key) + len(value)
             self.entries += 1
             self.memory_bytes += delta
-            self._budget.charge(delta, 1)
+            budget = self._budget  # `budget.charge(delta, 1)`, its common case inlined
+            memory = budget.memory + delta + ENTRY_COST
+            budget.memory = memory
+            if memory > budget.ceiling:
+                budget.passed(memory)  # may spill every buffer of the transaction
             return
         data[key] = value  # an overwrite: nothing structural changes
         delta = len(value) if old is None else len(value) - len(old)
-        self.memory_bytes += delta
-        self._budget.charge(delta)
+        if delta:  # an update of a fixed-width value (a counter) costs nothing more
+            self.memory_bytes += delta
+            self._budget.charge(delta)
 
     def delete(self, key: bytes) -> None:
         pending = self.pending
