@@ -70,7 +70,7 @@ def test_the_budget_keeps_total_peak_spills_and_the_watcher_as_a_model_does(limi
 
 
 def test_the_peak_stays_after_the_total_falls_and_a_spill_keeps_the_total():
-    budget = MemoryBudget(1000, lambda: budget.spilled_to_disk(budget.memory - budget.memory % 1, 0))
+    budget = MemoryBudget(1000, lambda: budget.spilled_to_disk(budget.memory, 0))
     budget.charge(600, 1)  # 600 + ENTRY_COST
     budget.charge(-500)
     assert budget.peak == 600 + ENTRY_COST and budget.total == 100 + ENTRY_COST

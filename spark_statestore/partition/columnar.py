@@ -228,7 +228,10 @@ class ChangeColumns:
         return len(self.change)
 
 
-_DATA_KEYS_END = b"\x80"  # a window store's bookkeeping keys start at 0xff
+# a window store's bookkeeping keys start at 0xff; bytes, not an Arrow scalar: pyarrow
+# imports pandas when it builds its first array or scalar, which this module's import
+# should not do (a store user without Spark never needs pandas)
+_DATA_KEYS_END = b"\x80"
 
 
 def changelog_columns(changelog: Any, spec: StoreSpec, version: int) -> Iterator[ChangeColumns]:

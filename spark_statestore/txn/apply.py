@@ -136,6 +136,7 @@ def apply_changes(
     batches = 0
     batch = rocksdict.WriteBatch(raw_mode=True)
     size = 0
+    unchunked = chunk_bytes == math.inf  # a commit's blocks: one batch, no sizes needed
     try:
         for name, spans in ranges.items():
             for lo, hi in spans:
@@ -144,7 +145,6 @@ def apply_changes(
         for name, keys, values in blocks:
             h = handle(name)
             put, delete = batch.put, batch.delete
-            unchunked = chunk_bytes == math.inf  # a commit's blocks: no sizes needed
             block_bytes = 0 if unchunked else sum(map(len, keys)) + sum(map(len, filter(None, values)))
             if unchunked or size + block_bytes < chunk_bytes:
                 if None in values:
