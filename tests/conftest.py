@@ -16,6 +16,11 @@ from spark_statestore import Stores
 # Spark's Python workers must run this interpreter (it has the project installed).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# The suite's Spark JVMs (its sessions, Connect servers, and the drivers of the examples,
+# notebooks and clusters it starts) are many and short-lived: the C1 compiler alone keeps
+# the CPU that C2's compiles never pay back (test_examples: a quarter less CPU). Every
+# spark-submit the tests run inherits it; a SPARK_SUBMIT_OPTS of one's own wins.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 _counter = itertools.count()
 

@@ -65,7 +65,11 @@ class StandaloneCluster:
     def _daemon(self, name: str, args: list[str], env: dict) -> subprocess.Popen:
         log = open(os.path.join(self.root, f"{name}.log"), "w")
         self._logs.append(log)
-        environment = dict(os.environ, SPARK_HOME=SPARK_HOME, SPARK_NO_DAEMONIZE="1", PYSPARK_PYTHON=sys.executable, **env)
+        # the daemons and the executors they launch (which inherit their environment) run the
+        # tests' JVM options (conftest's SPARK_SUBMIT_OPTS reaches drivers only)
+        jvm = {"JAVA_TOOL_OPTIONS": os.environ["SPARK_SUBMIT_OPTS"]} if os.environ.get("SPARK_SUBMIT_OPTS") else {}
+        environment = dict(os.environ, SPARK_HOME=SPARK_HOME, SPARK_NO_DAEMONIZE="1", PYSPARK_PYTHON=sys.executable,
+                           **jvm, **env)
         return subprocess.Popen([SPARK_CLASS, *args], stdout=log, stderr=subprocess.STDOUT, env=environment,
                                 start_new_session=True)
 
