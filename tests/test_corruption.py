@@ -8,9 +8,10 @@ import glob
 import os
 
 import pytest
+import rocksdict
 
 import partition_workload as wl
-from spark_statestore import CorruptStateError
+from spark_statestore import CorruptStateError, Serdes
 from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
 from spark_statestore.txn import TransactionalDatabase
 
@@ -116,3 +117,37 @@ def test_a_snapshot_never_uploads_a_damaged_file(tmp_path):
     fresh.open(4)
     assert dict(fresh.store("kv").all()) == _expected(4)
     fresh.close()
+
+
+def test_window_reads_by_one_reseeked_iterator_raise_for_a_damaged_file_and_release_it(tmp_path):
+    """`fetch` and key-range `fetch_range` reuse one RocksDB iterator for all their
+    seeks: a damaged block raises naming the file (never a short result), and the error,
+    kept, does not keep the database open after `close()`."""
+    path = str(tmp_path / "db")
+    db = TransactionalDatabase(path)
+    store = db.window_store("w", 10**6, 10)
+    for start in range(0, 200, 10):
+        for i in range(ROWS // 20):
+            store.put(b"key-%06d" % i, b"value-%06d" % i, start)
+    db.commit()
+    db.flush()
+    db.close()
+    victim = os.path.basename(_flip_a_bit_in_the_largest_sst(path))
+    db = TransactionalDatabase(path)
+    store = db.window_store("w", 10**6, 10)
+    typed = store.typed(Serdes.bytes(), Serdes.bytes())
+    errors = []
+    reads = [
+        lambda: store.fetch_range(b"key-000000", b"key-999999", 0, 200),
+        lambda: typed.fetch_range(b"key-000000", b"key-999999", 0, 200),
+        *[(lambda i=i: store.fetch(b"key-%06d" % i, 0, 200)) for i in range(0, ROWS // 20, 13)],
+    ]
+    for read in reads:
+        try:
+            sum(1 for _ in read())
+        except CorruptStateError as e:
+            assert victim in str(e)
+            errors.append(e)
+    assert len(errors) >= 3  # both range reads and some fetch met the damaged block
+    db.close()
+    rocksdict.Rdict(path, rocksdict.Options(raw_mode=True)).close()  # the lock was released

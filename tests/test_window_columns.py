@@ -1,7 +1,8 @@
 """Window stores by columns: `put_columns` does what `put` does record by record, and
-`fetch_range_columns` / `fetch_all_columns` give what `fetch_range` / `fetch_all` yield, on
-every kind of window store (in memory, RocksDB, transactional with spills, behind a record
-cache with and without a listener, read-only views), with either clock."""
+`fetch_range_columns` / `fetch_all_columns` (and `fetch_range_chunks`, chunk after chunk)
+give what `fetch_range` / `fetch_all` yield, on every kind of window store (in memory,
+RocksDB, transactional with spills, behind a record cache with and without a listener,
+read-only views), with either clock."""
 
 from __future__ import annotations
 
@@ -79,6 +80,8 @@ def test_writes_and_reads_by_columns_are_those_record_by_record(tmp_path, kind, 
             expected = columns(single.fetch_range(lo or None, hi or None, t0, t1))
             assert bulk.fetch_range_columns(lo or None, hi or None, t0, t1) == expected, where
             assert columns(bulk.fetch_range(lo or None, hi or None, t0, t1)) == expected, where
+            chunks = list(bulk.fetch_range_chunks(lo or None, hi or None, t0, t1))
+            assert [r for c in chunks for r in zip(*c)] == list(zip(*expected)), where
             assert bulk.fetch_all_columns(0, 2**63 - 1) == columns(single.all()), where
         for handle in close_bulk + close_single:
             handle.close()

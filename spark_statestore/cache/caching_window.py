@@ -152,7 +152,8 @@ class CachingWindowStore(CachingLayer, WindowStore):
             cached = skip_scan_backward(named.last, key, key + b"\x00", lo, hi, False)
             stored = self._inner.backward_fetch(key, lo, hi)
         else:
-            cached = skip_scan(named.first, key, lo, hi, False)
+            end = ws_bytes(hi + 1)
+            cached = skip_scan(lambda k: named.first(k, end), key, lo, hi, False)
             stored = self._inner.fetch(key, lo, hi)
         cached_entries = ((entry_key, value) for _, entry_key, value in cached)
         stored_entries = ((ws_bytes(start) + key, value) for start, value in stored)

@@ -12,6 +12,7 @@ and the loop draw from the same generator, so mixing them stays consistent.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -23,7 +24,7 @@ _DONE: Iterator[Any] = iter(())
 class StoreIterator(Generic[T]):
     """An iterator of `(key, value)` pairs with `peek_next_key()` and `close()`."""
 
-    __slots__ = ("__weakref__", "_inner", "_peeked", "_source")
+    __slots__ = ("__weakref__", "_inner", "_outer", "_peeked", "_source")
 
     def __init__(self, source: Iterator[T], inner: StoreIterator[Any] | None = None) -> None:
         """`inner`: the store iterator `source` draws from (a `map` over it, say), closed
@@ -31,6 +32,7 @@ class StoreIterator(Generic[T]):
         self._source = source
         self._peeked: Any = _EMPTY
         self._inner = inner
+        self._outer: weakref.ref[StoreIterator[Any]] | None = None
 
     def __iter__(self) -> Iterator[T]:
         if self._peeked is _EMPTY:
@@ -61,6 +63,8 @@ class StoreIterator(Generic[T]):
     def close(self) -> None:
         """Release the iterator; later `next()` calls raise `StopIteration`."""
         source = self._source
+        if source is _DONE:
+            return
         self._source = _DONE
         self._peeked = _EMPTY
         close = getattr(source, "close", None)
@@ -68,6 +72,15 @@ class StoreIterator(Generic[T]):
             close()
         if self._inner is not None:
             self._inner.close()
+        outer = None if self._outer is None else self._outer()
+        if outer is not None:
+            outer.close()
+
+    def close_with(self, outer: StoreIterator[Any]) -> None:
+        """Close `outer` too when this one closes: an iterator that draws from this one
+        and holds items it has read ahead (a chunk being decoded) must end when the store
+        ends this one at its `close()`."""
+        self._outer = weakref.ref(outer)
 
     def __enter__(self) -> "StoreIterator[T]":
         return self

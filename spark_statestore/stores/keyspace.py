@@ -53,11 +53,43 @@ class KeySpace(Protocol):
 
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None: ...
 
+    def seeker(self, lo: bytes, hi: bytes) -> KeySeeker:
+        """Repeated forward reads of [lo, hi) (`KeySeeker`): a keyspace that can reuse
+        one iterator for them does; every read sees at least what was written before."""
+        return KeySpaceSeeker(self, hi)
+
     def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None: ...
 
     def approximate_num_entries(self) -> int: ...
 
     def flush(self) -> None: ...
+
+
+class KeySeeker(Protocol):
+    """Forward reads that seek again and again inside one range (a skip-scan)."""
+
+    def first(self, key: bytes) -> tuple[bytes, bytes] | None:
+        """The first pair at or after `key` in the range."""
+
+    def entries(self, key: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The pairs from `key` up to `upper` (exclusive, at most the range's end); taken
+        whole before the next read of the seeker."""
+
+
+class KeySpaceSeeker:
+    """A `KeySeeker` made of a keyspace's own `first` and `scan`."""
+
+    __slots__ = ("_hi", "_ks")
+
+    def __init__(self, keyspace: KeySpace, hi: bytes) -> None:
+        self._ks = keyspace
+        self._hi = hi
+
+    def first(self, key: bytes) -> tuple[bytes, bytes] | None:
+        return self._ks.first(key, self._hi)
+
+    def entries(self, key: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return self._ks.scan(key, min(upper, self._hi))
 
 
 def columns_of(pairs: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
@@ -155,6 +187,10 @@ class ColumnFamilyKeySpace(KeySpace):
 
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
         return first_in(self._cf, lo, hi)
+
+    def seeker(self, lo: bytes, hi: bytes) -> KeySeeker:
+        """One iterator reseeked for every read (`rocksdb_scan.Seeker`)."""
+        return self.db.seeker(self._cf, hi)
 
     def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
         return last_in(self._cf, lo, hi)

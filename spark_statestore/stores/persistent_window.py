@@ -22,7 +22,7 @@ with the data.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import repeat
+from itertools import islice, repeat
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
@@ -31,7 +31,7 @@ from spark_statestore.stores.api import prefix_end
 from spark_statestore.stores.damage import storage_error
 from spark_statestore.stores.keyspace import KeySpace
 from spark_statestore.stores.spec import WindowSpec
-from spark_statestore.stores.window_api import WindowStore
+from spark_statestore.stores.window_api import CHUNK_RECORDS, WindowStore
 from spark_statestore.stores.window_layout import (
     skip_scan,
     skip_scan_backward,
@@ -39,7 +39,7 @@ from spark_statestore.stores.window_layout import (
     stored_keys,
     ws_bytes,
 )
-from spark_statestore.stores.windowed import WindowColumns, Windowed, window_of
+from spark_statestore.stores.windowed import WindowColumns, Windowed, records_of, window_of
 from spark_statestore.validation import check_window_columns, keys_are_bytes, times_are_valid
 
 STREAM_TIME_KEY = b"\xff\x01stream_time"
@@ -200,7 +200,8 @@ class RocksDBWindowStore(WindowStore):
     def _walk_key(self, key: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
         part = self._key_part(key)
         dups = self.retain_duplicates
-        for w, _, value in skip_scan(self._ks.first, part, lo, hi, dups):
+        seeker = self._ks.seeker(ws_bytes(lo), ws_bytes(hi + 1))
+        for w, _, value in skip_scan(seeker.first, part, lo, hi, dups):
             if dups:
                 yield from self._entries_of(w, part, False)
             else:
@@ -233,21 +234,58 @@ class RocksDBWindowStore(WindowStore):
     def _skip_range(
         self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
     ) -> Iterator[tuple[Windowed, bytes]]:
-        """Forward over windows; in each, one scan of the key range (a seek finds the next
-        window start that exists, wherever in that window it lands, then the scan)."""
-        ks = self._ks
-        end = ws_bytes(hi + 1)
+        """Forward over windows, the records of `_skip_range_chunks`."""
+        size = self.window_size
+        for columns in self._skip_range_chunks(key_from, key_to, lo, hi):
+            yield from records_of(columns, size)
+
+    def _read_range_chunks(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
+    ) -> Iterator[WindowColumns]:
+        if key_from is None and key_to is None:  # one scan: cut into chunks
+            return super()._read_range_chunks(key_from, key_to, lo, hi)
+        return self._skip_range_chunks(key_from, key_to, lo, hi)
+
+    def _skip_range_chunks(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
+    ) -> Iterator[WindowColumns]:
+        """Forward over windows, the records of the key range in each, as columns of
+        `CHUNK_RECORDS` (the last may hold fewer), all by one seeker: a seek finds the
+        next window start that exists, wherever in that window it lands, and where it
+        landed inside the key range the window's records start there, without a second
+        seek."""
+        seeker = self._ks.seeker(ws_bytes(lo), ws_bytes(hi + 1))
         low = b"" if key_from is None else self._key_part(key_from)
         high = None if key_to is None else self._key_part_end(key_to)
+        dups = self.retain_duplicates
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        starts: list[int] = []
         t = lo
         while t <= hi:
-            found = ks.first(ws_bytes(t) + low, end)
+            found = seeker.first(ws_bytes(t) + low)
             if found is None:
-                return
-            w = start_of(found[0])
+                break
+            stored = found[0]
+            w = start_of(stored)
             upper = ws_bytes(w + 1) if high is None else ws_bytes(w) + high
-            yield from self._windowed(ks.scan(ws_bytes(w) + low, upper))
+            if w > t and stored[8:] < low:  # landed before the key range of a later window
+                stored = ws_bytes(w) + low
+            entries = seeker.entries(stored, upper)
+            while True:
+                room = CHUNK_RECORDS - len(keys)
+                pairs = list(islice(entries, room))
+                raw = map(_first, pairs)
+                keys += [unescape(k, 8)[0] for k in raw] if dups else map(_after_start, raw)
+                values += map(_second, pairs)
+                starts += repeat(w, len(pairs))
+                if len(pairs) < room:
+                    break  # the window's records end here
+                yield WindowColumns(keys, values, starts)
+                keys, values, starts = [], [], []
             t = w + 1
+        if keys:
+            yield WindowColumns(keys, values, starts)
 
     def _skip_range_backward(
         self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int

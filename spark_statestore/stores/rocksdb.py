@@ -29,7 +29,7 @@ from spark_statestore.faults import fault_point
 from spark_statestore.stores.damage import DAMAGE_MARKER, storage_error
 from spark_statestore.stores.names import DEFAULT_COLUMN_FAMILY, META_COLUMN_FAMILY
 from spark_statestore.stores.rocksdb_options import RocksMemory, rocksdb_options
-from spark_statestore.stores.rocksdb_scan import scan_column_family
+from spark_statestore.stores.rocksdb_scan import Seeker, scan_column_family
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.validation import check_bool, check_instance, check_int, check_path, check_seconds
 
@@ -227,6 +227,13 @@ class RocksDatabase:
         gen = scan_column_family(cf, lo, hi, reverse)
         self._scans.add(gen)
         return gen
+
+    def seeker(self, cf: rocksdict.Rdict, hi: bytes) -> Seeker:
+        """A `Seeker` over keys below `hi`, released at `close()` like a scan."""
+        self._check_open()
+        seeker = Seeker(cf, hi)
+        self._scans.add(seeker)
+        return seeker
 
     def flush(self) -> None:
         """Flush the memtables of every column family to SST files, atomically."""

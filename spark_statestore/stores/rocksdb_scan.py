@@ -1,5 +1,6 @@
-"""Reads over a RocksDB column family: range scans and one-seek lookups of the first and
-last key in a range, which raise for damaged data instead of ending early.
+"""Reads over a RocksDB column family: range scans, one-seek lookups of the first and
+last key in a range, and a `Seeker` that reseeks one iterator; all raise for damaged
+data instead of ending early.
 
 rocksdict's `ReadOptions.set_iterate_lower_bound` sets an upper bound, so lower bounds
 are applied with `seek` and a check in Python.
@@ -7,7 +8,7 @@ are applied with `seek` and a check in Python.
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import chain, islice
 from typing import Iterator
 
 import rocksdict
@@ -97,6 +98,92 @@ def _check_scan_end(
     del it  # see _status
     if error is not None:
         raise storage_error(error)
+
+
+class Seeker:
+    """Repeated forward reads below one bound by one reseeked iterator: what a skip-scan
+    (one seek per window start) costs without creating an iterator per seek, which costs
+    about as much as the seek itself.
+
+    The iterator reads one point in time: the one it was created at. `close()` (the
+    database's, at its close) releases it and ends the scan of a long run of `entries`;
+    reads after that find nothing. A read that meets damaged data releases it too, and raises
+    `CorruptStateError`."""
+
+    __slots__ = ("__weakref__", "_at", "_cf", "_it", "_opts", "_run")
+
+    def __init__(self, cf: rocksdict.Rdict, hi: bytes) -> None:
+        # kept as long as the iterator: rocksdict's iterator reads its upper bound from
+        # these options (dropped, the bound's memory was reused and reads ended early)
+        self._opts = rocksdict.ReadOptions()
+        self._opts.set_iterate_upper_bound(hi)
+        self._cf = cf
+        self._it: rocksdict.RdictIter | None = cf.iter(self._opts)
+        self._at: bytes | None = None  # the key the iterator is on after `first`
+        self._run: Iterator[tuple[bytes, bytes]] | None = None
+
+    def first(self, key: bytes) -> tuple[bytes, bytes] | None:
+        """The first pair at or after `key` (below the bound), by one seek."""
+        it = self._it
+        if it is None:
+            return None
+        it.seek(key)
+        if it.valid():
+            self._at = found = it.key()
+            return found, it.value()
+        del it
+        self._at = None
+        self._raise_if_damaged()
+        return None
+
+    def entries(self, key: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The pairs from `key` up to `upper` (exclusive): no seek where `first` just
+        found `key`. A step in Python per pair costs more than rocksdict's own item
+        iterator, and a new iterator more than a seek: the first `_SHORT_RUN` pairs are
+        read now by this iterator, the rest of a long run later by a scan of its own."""
+        it = self._it
+        if it is None:
+            return iter(())
+        if key != self._at:
+            it.seek(key)
+        self._at = None
+        pairs = []
+        valid, current, value, step = it.valid, it.key, it.value, it.next
+        for _ in range(_SHORT_RUN):
+            if not valid():
+                del it, valid, current, value, step
+                self._raise_if_damaged()
+                return iter(pairs)
+            found = current()
+            if found >= upper:
+                return iter(pairs)
+            pairs.append((found, value()))
+            step()
+        if valid():
+            rest = current()
+            if rest < upper:
+                self._run = run = scan_column_family(self._cf, rest, upper, False)
+                return chain(pairs, run)
+            return iter(pairs)
+        del it, valid, current, value, step
+        self._raise_if_damaged()
+        return iter(pairs)
+
+    def _raise_if_damaged(self) -> None:
+        """Where the iterator stopped without reaching its bound, RocksDB's error, raised
+        once the iterator is released (see `_status`)."""
+        error = None if self._it is None else _status(self._it)
+        if error is not None:
+            self._it = None
+            raise storage_error(error)
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.close()
+        self._it = self._run = None
+
+
+_SHORT_RUN = 32  # pairs: from there on, rocksdict's item iterator is the faster (measured)
 
 
 def _status(it: rocksdict.RdictIter) -> Exception | None:

@@ -14,14 +14,14 @@ a typed read-only view), and a window store's stream time, parameters and metric
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
 from spark_statestore.serde.values import as_list
 from spark_statestore.stores.iterators import StoreIterator
 from spark_statestore.stores.spec import Clock
-from spark_statestore.stores.windowed import WindowColumns, Windowed
-from spark_statestore.validation import check_items
+from spark_statestore.stores.windowed import WindowColumns, Windowed, records_of
+from spark_statestore.validation import MAX_TIME, check_items
 
 
 def _decoded(source: StoreIterator, decode_item: Callable[[Any], Any]) -> StoreIterator:
@@ -350,8 +350,17 @@ class TypedWindowStore(_Typed):
         return _decoded(self.store.backward_fetch(self._ek(key), time_from, time_to), self._timed)
 
     def fetch_range(self, key_from: Any, key_to: Any, time_from: int, time_to: int) -> StoreIterator:
-        inner = self.store.fetch_range(self._bound(key_from), self._bound(key_to), time_from, time_to)
-        return _decoded(inner, self._windowed)
+        """Read by chunks of columns (`fetch_range_chunks`) and decoded by columns: no
+        Python step per record in this layer."""
+        chunks = self.store.fetch_range_chunks(self._bound(key_from), self._bound(key_to), time_from, time_to)
+        records = StoreIterator(self._decoded_chunks(chunks), inner=chunks)
+        chunks.close_with(records)
+        return records
+
+    def _decoded_chunks(self, chunks: Iterable[WindowColumns]) -> Iterator[tuple[Windowed, Any]]:
+        size = self.store.window_size
+        for keys, values, starts in chunks:
+            yield from records_of(WindowColumns(self._decode_keys(keys), self._decode_values(values), starts), size)
 
     def backward_fetch_range(
         self, key_from: Any, key_to: Any, time_from: int, time_to: int
@@ -362,13 +371,13 @@ class TypedWindowStore(_Typed):
         return _decoded(inner, self._windowed)
 
     def fetch_all(self, time_from: int, time_to: int) -> StoreIterator:
-        return _decoded(self.store.fetch_all(time_from, time_to), self._windowed)
+        return self.fetch_range(None, None, time_from, time_to)
 
     def backward_fetch_all(self, time_from: int, time_to: int) -> StoreIterator:
         return _decoded(self.store.backward_fetch_all(time_from, time_to), self._windowed)
 
     def all(self) -> StoreIterator:
-        return _decoded(self.store.all(), self._windowed)
+        return self.fetch_range(None, None, 0, MAX_TIME)
 
     def backward_all(self) -> StoreIterator:
         return _decoded(self.store.backward_all(), self._windowed)

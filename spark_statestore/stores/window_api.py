@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from itertools import compress
+from itertools import compress, islice
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -15,7 +15,7 @@ from spark_statestore.stores.damage import storage_error
 from spark_statestore.stores.iterators import StoreIterator
 from spark_statestore.stores.spec import Clock, WindowSpec
 from spark_statestore.stores.typed import TypedWindowStore
-from spark_statestore.stores.windowed import WindowColumns, Windowed
+from spark_statestore.stores.windowed import WindowColumns, Windowed, columns_of_records
 from spark_statestore.validation import (
     MAX_TIME,
     check_bound,
@@ -34,6 +34,7 @@ from spark_statestore.validation import (
 log = logging.getLogger("spark_statestore.stores")
 _TUPLE, _THREE = frozenset({tuple}), frozenset({3})
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
+CHUNK_RECORDS = 256  # the most records of a `fetch_range_chunks` chunk
 
 
 class WindowStoreMetrics:
@@ -248,37 +249,49 @@ class WindowStore(StateStore, ABC):
         reverse: bool,
         method: str,
     ) -> StoreIterator:
-        if not self._open:
-            raise self._closed()
-        key_from = check_bound(key_from, "key_from")
-        key_to = check_bound(key_to, "key_to")
-        time_from, time_to = check_time_range(time_from, time_to)
-        if key_range_is_empty(key_from, key_to, method):
+        live = self._live_range(key_from, key_to, time_from, time_to, method)
+        if live is None:
             return StoreIterator(iter(()))
-        lo = self._live_from(time_from)
-        if lo > time_to:  # every window in the range expired
-            return StoreIterator(iter(()))
-        return self._iterator(self._read_range(key_from, key_to, lo, time_to, reverse))
+        return self._iterator(self._read_range(*live, reverse))
 
     def fetch_range_columns(
         self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
     ) -> WindowColumns:
         """What `fetch_range` yields, as columns (`WindowColumns`): for code that works
         on columns (Arrow, numpy), without a Python step per record where the store can."""
+        live = self._live_range(key_from, key_to, time_from, time_to, "fetch_range_columns")
+        if live is None:
+            return WindowColumns([], [], [])
+        try:
+            return self._read_range_columns(*live)
+        except Exception as e:
+            raise storage_error(e) from None
+
+    def fetch_range_chunks(
+        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int
+    ) -> StoreIterator:
+        """What `fetch_range` yields, lazily, as `WindowColumns` of up to `CHUNK_RECORDS`
+        records each (a store may cut them at window starts): for a layer that decodes by
+        columns (the typed stores) without a Python step per record."""
+        live = self._live_range(key_from, key_to, time_from, time_to, "fetch_range_chunks")
+        if live is None:
+            return StoreIterator(iter(()))
+        return self._iterator(self._read_range_chunks(*live))
+
+    def _live_range(
+        self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int, method: str
+    ) -> tuple[bytes | None, bytes | None, int, int] | None:
+        """The checked arguments of a range read, narrowed to live windows; None when
+        nothing can match (an empty key range, or every window in the range expired)."""
         if not self._open:
             raise self._closed()
         key_from = check_bound(key_from, "key_from")
         key_to = check_bound(key_to, "key_to")
         time_from, time_to = check_time_range(time_from, time_to)
-        if key_range_is_empty(key_from, key_to, "fetch_range_columns"):
-            return WindowColumns([], [], [])
+        if key_range_is_empty(key_from, key_to, method):
+            return None
         lo = self._live_from(time_from)
-        if lo > time_to:
-            return WindowColumns([], [], [])
-        try:
-            return self._read_range_columns(key_from, key_to, lo, time_to)
-        except Exception as e:
-            raise storage_error(e) from None
+        return None if lo > time_to else (key_from, key_to, lo, time_to)
 
     def fetch_all_columns(self, time_from: int, time_to: int) -> WindowColumns:
         """What `fetch_all` yields, as columns (see `fetch_range_columns`)."""
@@ -288,10 +301,15 @@ class WindowStore(StateStore, ABC):
         self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
     ) -> WindowColumns:
         """`_read_range` (forward) as columns; a store may read them in bulk."""
-        records = list(self._read_range(key_from, key_to, lo, hi, False))
-        return WindowColumns(
-            [w.key for w, _ in records], [v for _, v in records], [w.window.start for w, _ in records]
-        )
+        return columns_of_records(list(self._read_range(key_from, key_to, lo, hi, False)))
+
+    def _read_range_chunks(
+        self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int
+    ) -> Iterator[WindowColumns]:
+        """`_read_range` (forward) as chunks of columns; a store may read them in bulk."""
+        records = self._read_range(key_from, key_to, lo, hi, False)
+        while chunk := list(islice(records, CHUNK_RECORDS)):
+            yield columns_of_records(chunk)
 
     def _live_from(self, time_from: int) -> int:
         """The earliest window start a new read may return (expired windows excluded)."""

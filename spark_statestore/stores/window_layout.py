@@ -3,7 +3,8 @@
 A window record's key is ``window_start (8 bytes, big-endian) | key part``, so byte order
 is (window start, key). `skip_scan` and `skip_scan_backward` find one key's records over a
 range of window starts with one seek per window start that exists in the range, given a
-`first(lo, hi)` / `last(lo, hi)` primitive over the keys.
+`first(key)` (the first entry at or after `key`, below the range's end) or a
+`last(lo, hi)` primitive over the keys.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ def skip_scan(
     first: Seek, part: bytes, lo: int, hi: int, prefix_match: bool
 ) -> Iterator[tuple[int, bytes, bytes | None]]:
     """Forward: `(window_start, stored_key, value)` of the first entry whose key part is
-    `part` (or starts with it, if `prefix_match`) in each window start of [lo, hi]."""
-    end = ws_bytes(hi + 1)
+    `part` (or starts with it, if `prefix_match`) in each window start of [lo, hi];
+    `first(key)` finds nothing at or after the end of window start `hi`."""
     t = lo
     while t <= hi:
-        found = first(ws_bytes(t) + part, end)
+        found = first(ws_bytes(t) + part)
         if found is None:
             return
         stored, value = found

@@ -22,7 +22,7 @@ from typing import Iterable, Iterator, Sequence
 import rocksdict
 
 from spark_statestore.faults import fault_point
-from spark_statestore.stores.keyspace import ColumnFamilyKeySpace, columns_of
+from spark_statestore.stores.keyspace import ColumnFamilyKeySpace, KeySeeker, KeySpaceSeeker, columns_of
 from spark_statestore.stores.merge import merge_sorted, without_tombstones
 from spark_statestore.stores.rocksdb import RocksDatabase
 from spark_statestore.stores.sorted_map import SortedMap
@@ -264,6 +264,14 @@ class TransactionalKeySpace:
         if self._quiet(lo, hi):
             return self.committed.first(lo, hi)
         return next(self._merged_scan(lo, hi, False), None)
+
+    def seeker(self, lo: bytes, hi: bytes) -> KeySeeker:
+        """Committed data's own seeker where the transaction wrote nothing in [lo, hi)
+        (so far: its iterator then reads committed data as of now), else reads merged
+        with the transaction's writes, each as `first` and `scan` answer it."""
+        if self._quiet(lo, hi):
+            return self.committed.seeker(lo, hi)
+        return KeySpaceSeeker(self, hi)
 
     def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
         if self._quiet(lo, hi):

@@ -13,7 +13,7 @@ import itertools
 import threading
 from typing import Any, Iterator
 
-from spark_statestore.stores.keyspace import ColumnFamilyKeySpace
+from spark_statestore.stores.keyspace import ColumnFamilyKeySpace, KeySeeker
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
 from spark_statestore.stores.typed import TypedKeyValueStore, TypedWindowStore
 from spark_statestore.txn.isolation import IsolationLevel
@@ -44,6 +44,7 @@ WINDOW_READS = frozenset(
         "fetch_all",
         "backward_fetch_all",
         "fetch_range_columns",
+        "fetch_range_chunks",
         "fetch_all_columns",
         "all",
         "backward_all",
@@ -76,6 +77,11 @@ class LockedKeySpace:
     def first(self, lo: bytes, hi: bytes | None) -> tuple[bytes, bytes] | None:
         with self._lock:
             return self._inner.first(lo, hi)
+
+    def seeker(self, lo: bytes, hi: bytes) -> KeySeeker:
+        """One iterator, created under the lock: every read of it sees one commit."""
+        with self._lock:
+            return self._inner.seeker(lo, hi)
 
     def last(self, lo: bytes | None, hi: bytes) -> tuple[bytes, bytes] | None:
         with self._lock:

@@ -1,0 +1,145 @@
+"""Key-range reads of the RocksDB window store: one reseeked iterator finds each window,
+short runs of records are read by it and long ones by a scan of their own, and the
+records come in chunks of columns (`fetch_range_chunks`, which the typed stores decode).
+Runs of every length around those cuts read as the in-memory store reads them, on every
+kind of persistent store; a store closed in the middle of a long run ends its iterators
+and releases the database."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import rocksdict
+
+from spark_statestore import Serdes, Stores
+from spark_statestore.stores.rocksdb_scan import _SHORT_RUN
+from spark_statestore.stores.window_api import CHUNK_RECORDS
+from spark_statestore.txn import TransactionalDatabase
+
+SIZES = [0, 1, 2, _SHORT_RUN - 1, _SHORT_RUN, _SHORT_RUN + 1, CHUNK_RECORDS - 1, CHUNK_RECORDS,
+         CHUNK_RECORDS + 1, 2 * CHUNK_RECORDS + 40]
+KINDS = ["rocksdb", "txn-committed", "txn-pending", "txn-spilled", "view"]
+KEY_COUNT = max(SIZES) + 20
+
+
+def _key(i: int) -> bytes:
+    return b"k%05d" % i
+
+
+def _writes(dups: bool) -> list[tuple[bytes, bytes, int]]:
+    """Window start 10 * j holds the keys 0 .. SIZES[j] - 1 (twice each with duplicates)."""
+    writes = []
+    for j, size in enumerate(SIZES):
+        for i in range(size):
+            writes.append((_key(i), b"v%d-%d" % (j, i), 10 * j))
+            if dups and i % 3 == 0:
+                writes.append((_key(i), b"w%d-%d" % (j, i), 10 * j))
+    return writes
+
+
+def _store(kind: str, path, dups: bool):
+    """A persistent window store of `kind` holding `_writes`, and what to close."""
+    if kind == "rocksdb":
+        store = Stores.persistent_window_store("w", path, 10_000, 5, dups)
+        for key, value, start in _writes(dups):
+            store.put(key, value, start)
+        return store, [store]
+    db = TransactionalDatabase(path, uncommitted_max_bytes=2000 if kind == "txn-spilled" else -1)
+    store = db.window_store("w", 10_000, 5, dups)
+    writes = _writes(dups)
+    if kind in ("txn-committed", "view"):
+        for key, value, start in writes:
+            store.put(key, value, start)
+        store.commit({})
+    else:  # half committed, the rest pending (in memory, or spilled to the staging family)
+        for key, value, start in writes[: len(writes) // 2]:
+            store.put(key, value, start)
+        store.commit({})
+        for key, value, start in writes[len(writes) // 2 :]:
+            store.put(key, value, start)
+        store.put(_key(0), None, 10)  # a pending delete inside a run
+    if kind == "view":
+        return store.read_only("READ_COMMITTED"), [db]
+    return store, [db]
+
+
+def _reference(kind: str, dups: bool):
+    memory = Stores.in_memory_window_store("w", 10_000, 5, dups)
+    for key, value, start in _writes(dups):
+        memory.put(key, value, start)
+    if kind in ("txn-pending", "txn-spilled"):
+        memory.put(_key(0), None, 10)
+    return memory
+
+
+@pytest.mark.parametrize("dups", [False, True], ids=["unique", "duplicates"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_key_ranges_over_runs_of_every_length_read_as_the_in_memory_store(tmp_path, kind, dups):
+    store, handles = _store(kind, tmp_path / "db", dups)
+    if kind == "txn-spilled":
+        assert store.keyspace.staging is not None  # the pending writes did spill
+    reference = _reference(kind, dups)
+    rng = random.Random(5)
+    bounds = [None, _key(0), _key(1), _key(_SHORT_RUN), _key(CHUNK_RECORDS + 3), _key(KEY_COUNT)]
+    queries = [(a, b, 0, 10 * len(SIZES)) for a in bounds for b in bounds]
+    for _ in range(40):
+        t0 = rng.randrange(0, 60)
+        queries.append((_key(rng.randrange(KEY_COUNT)), _key(rng.randrange(KEY_COUNT)), t0, t0 + rng.randrange(60)))
+    typed = store.typed(Serdes.bytes(), Serdes.bytes())
+    checked = 0
+    for key_from, key_to, t0, t1 in queries:
+        if key_from is not None and key_to is not None and key_from > key_to:
+            continue
+        expected = list(reference.fetch_range(key_from, key_to, t0, t1))
+        assert list(store.fetch_range(key_from, key_to, t0, t1)) == expected, (key_from, key_to, t0, t1)
+        chunks = list(store.fetch_range_chunks(key_from, key_to, t0, t1))
+        assert all(0 < len(c.keys) <= CHUNK_RECORDS for c in chunks)
+        assert all(len(c.keys) == CHUNK_RECORDS for c in chunks[:-1])
+        flat = [(k, v, s) for c in chunks for k, v, s in zip(*c)]
+        assert flat == [(w.key, v, w.window.start) for w, v in expected]
+        assert list(typed.fetch_range(key_from, key_to, t0, t1)) == expected
+        checked += len(expected)
+    assert checked > 10_000  # long runs were read, not only empty ranges
+    assert list(typed.all()) == list(reference.all())
+    for handle in handles:
+        handle.close()
+
+
+@pytest.mark.parametrize("close", ["store", "database"])
+def test_closing_in_the_middle_of_a_long_run_ends_the_read_and_releases_the_database(tmp_path, close):
+    path = tmp_path / "db"
+    db = TransactionalDatabase(path)
+    store = db.window_store("w", 10_000, 5)
+    for i in range(3 * CHUNK_RECORDS):
+        store.put(_key(i), b"v", 10)
+    store.commit({})
+    records = store.fetch_range(_key(0), _key(10**4), 0, 100)
+    typed = store.typed(Serdes.bytes(), Serdes.bytes()).fetch_range(_key(0), _key(10**4), 0, 100)
+    head = [next(records) for _ in range(CHUNK_RECORDS + 7)]  # past the short run and a chunk
+    assert [w.key for w, _ in head] == [_key(i) for i in range(CHUNK_RECORDS + 7)]
+    assert next(typed)[0].key == _key(0)
+    if close == "store":
+        store.close()
+    db.close()
+    assert list(records) == [] and list(typed) == []
+    raw = rocksdict.Rdict(str(path), rocksdict.Options(raw_mode=True))  # the lock was released
+    raw.close()
+
+
+def test_a_seek_sees_what_was_written_before_the_read_began(tmp_path):
+    """The store's API: a persistent store's iterator sees at least everything written
+    before it was opened (here: pending writes made between two reads, and a commit)."""
+    db = TransactionalDatabase(tmp_path / "db")
+    store = db.window_store("w", 10_000, 5)
+    store.put(b"a", b"1", 0)
+    store.commit({})
+    assert [v for _, v in store.fetch_range(b"a", b"b", 0, 10)] == [b"1"]
+    store.put(b"b", b"2", 0)
+    store.put(b"a", b"3", 10)
+    assert [(w.key, w.window.start, v) for w, v in store.fetch_range(b"a", b"b", 0, 10)] == [
+        (b"a", 0, b"1"), (b"b", 0, b"2"), (b"a", 10, b"3")]
+    assert [(s, v) for s, v in store.fetch(b"a", 0, 10)] == [(0, b"1"), (10, b"3")]
+    store.commit({})
+    assert [v for _, v in store.fetch(b"a", 0, 10)] == [b"1", b"3"]
+    db.close()
