@@ -1,9 +1,10 @@
-"""Key-range reads of the RocksDB window store: one reseeked iterator finds each window,
-short runs of records are read by it and long ones by a scan of their own, and the
-records come in chunks of columns (`fetch_range_chunks`, which the typed stores decode).
-Runs of every length around those cuts read as the in-memory store reads them, on every
-kind of persistent store; a store closed in the middle of a long run ends its iterators
-and releases the database."""
+"""Key-range reads of the RocksDB window store: one reseeked iterator finds each window
+and reads its records, which come in chunks of columns (`fetch_range_chunks`, which the
+typed stores decode). Runs of every length around a chunk read as the in-memory store
+reads them, on every kind of persistent store; a read sees one point in time, also beside
+a commit applied in batches; a store closed in the middle of a run ends its iterators
+(also a `for` loop's) and releases the database; a value that does not decode fails the
+read where a record-by-record read fails it."""
 
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ import pytest
 import rocksdict
 
 from spark_statestore import Serdes, Stores
-from spark_statestore.stores.rocksdb_scan import _SHORT_RUN
+from spark_statestore.faults import injected
 from spark_statestore.stores.window_api import CHUNK_RECORDS
 from spark_statestore.txn import TransactionalDatabase
 
-SIZES = [0, 1, 2, _SHORT_RUN - 1, _SHORT_RUN, _SHORT_RUN + 1, CHUNK_RECORDS - 1, CHUNK_RECORDS,
-         CHUNK_RECORDS + 1, 2 * CHUNK_RECORDS + 40]
+SIZES = [0, 1, 2, 33, CHUNK_RECORDS - 1, CHUNK_RECORDS, CHUNK_RECORDS + 1, 2 * CHUNK_RECORDS + 40]
 KINDS = ["rocksdb", "txn-committed", "txn-pending", "txn-spilled", "view"]
 KEY_COUNT = max(SIZES) + 20
 
@@ -81,7 +81,7 @@ def test_key_ranges_over_runs_of_every_length_read_as_the_in_memory_store(tmp_pa
         assert store.keyspace.staging is not None  # the pending writes did spill
     reference = _reference(kind, dups)
     rng = random.Random(5)
-    bounds = [None, _key(0), _key(1), _key(_SHORT_RUN), _key(CHUNK_RECORDS + 3), _key(KEY_COUNT)]
+    bounds = [None, _key(0), _key(1), _key(32), _key(CHUNK_RECORDS + 3), _key(KEY_COUNT)]
     queries = [(a, b, 0, 10 * len(SIZES)) for a in bounds for b in bounds]
     for _ in range(40):
         t0 = rng.randrange(0, 60)
@@ -107,7 +107,7 @@ def test_key_ranges_over_runs_of_every_length_read_as_the_in_memory_store(tmp_pa
 
 
 @pytest.mark.parametrize("close", ["store", "database"])
-def test_closing_in_the_middle_of_a_long_run_ends_the_read_and_releases_the_database(tmp_path, close):
+def test_closing_in_the_middle_of_a_run_ends_the_read_and_releases_the_database(tmp_path, close):
     path = tmp_path / "db"
     db = TransactionalDatabase(path)
     store = db.window_store("w", 10_000, 5)
@@ -116,13 +116,17 @@ def test_closing_in_the_middle_of_a_long_run_ends_the_read_and_releases_the_data
     store.commit({})
     records = store.fetch_range(_key(0), _key(10**4), 0, 100)
     typed = store.typed(Serdes.bytes(), Serdes.bytes()).fetch_range(_key(0), _key(10**4), 0, 100)
-    head = [next(records) for _ in range(CHUNK_RECORDS + 7)]  # past the short run and a chunk
+    loop = iter(store.fetch_range(_key(0), _key(10**4), 0, 100))  # a for loop's: the wrapper goes
+    typed_loop = iter(store.typed(Serdes.bytes(), Serdes.bytes()).fetch_range(_key(0), _key(10**4), 0, 100))
+    assert next(loop)[0].key == next(typed_loop)[0].key == _key(0)
+    head = [next(records) for _ in range(CHUNK_RECORDS + 7)]  # past a chunk
     assert [w.key for w, _ in head] == [_key(i) for i in range(CHUNK_RECORDS + 7)]
     assert next(typed)[0].key == _key(0)
     if close == "store":
         store.close()
     db.close()
     assert list(records) == [] and list(typed) == []
+    assert list(loop) == [] and list(typed_loop) == []
     raw = rocksdict.Rdict(str(path), rocksdict.Options(raw_mode=True))  # the lock was released
     raw.close()
 
@@ -143,3 +147,59 @@ def test_a_seek_sees_what_was_written_before_the_read_began(tmp_path):
     store.commit({})
     assert [v for _, v in store.fetch(b"a", 0, 10)] == [b"1", b"3"]
     db.close()
+
+
+def test_a_committed_read_beside_a_commit_applied_in_batches_sees_it_all_or_none(tmp_path):
+    """A READ_COMMITTED view's key-range read opened before a spilled commit, read on while
+    the commit has applied only its first batch (from the commit's own fault point), sees
+    the state from before the commit in every window, runs longer than a chunk included;
+    a read opened after it sees all of it."""
+    db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=500, commit_chunk_bytes=600)
+    store = db.window_store("w", 10_000, 5)
+    for start in (0, 10):
+        for i in range(2 * CHUNK_RECORDS):
+            store.put(_key(i), b"old", start)
+    db.commit({})
+    view = store.read_only("READ_COMMITTED")
+    records = view.fetch_range(_key(0), _key(10**4), 0, 100)
+    typed = view.typed(Serdes.bytes(), Serdes.bytes()).fetch_range(_key(0), _key(10**4), 0, 100)
+    head = [next(records), next(typed)]  # both reads are open now, in window 0
+    for i in range(2 * CHUNK_RECORDS):  # the commit's first batch lands in window 10
+        store.put(_key(i), b"new", 10)
+    assert store.keyspace.staging is not None  # it spilled: the commit applies in batches
+    during: dict = {}
+
+    def read_on(point: str) -> None:
+        if point == "apply:after-chunk" and not during:
+            during["records"] = head[:1] + list(records)
+            during["typed"] = head[1:] + list(typed)
+
+    with injected(read_on):
+        db.commit({})
+    assert during, "the commit applied in one batch: nothing was read beside it"
+    for name in ("records", "typed"):
+        assert len(during[name]) == 4 * CHUNK_RECORDS, name
+        assert {v for _, v in during[name]} == {b"old"}, name
+    after = list(view.fetch_range(_key(0), _key(10**4), 0, 100))
+    assert {v for w, v in after if w.window.start == 10} == {b"new"}
+    assert {v for w, v in after if w.window.start == 0} == {b"old"}
+    db.close()
+
+
+def test_a_value_that_does_not_decode_fails_the_read_after_the_records_before_it(tmp_path):
+    """Typed key-range reads decode by chunks of columns; where a chunk does not decode,
+    the records before the first bad one still come, then that record's error, naming the
+    serde and the bytes (as a record-by-record read)."""
+    store = Stores.persistent_window_store("w", tmp_path / "db", 10_000, 5)
+    for i in range(10):
+        store.put(_key(i), (i).to_bytes(8, "big", signed=True), 10)
+    store.put(_key(7), b"short", 10)  # not an int64
+    store.put(_key(2), b"\xff", 20)  # not an int64 either, in a later window
+    typed = store.typed(Serdes.bytes(), Serdes.int64())
+    for read in (lambda: typed.fetch_range(_key(0), _key(9), 0, 100), lambda: typed.all()):
+        seen = []
+        with pytest.raises(ValueError, match="short"):
+            for record in read():
+                seen.append(record)  # noqa: PERF402 - the records before the error
+        assert [(w.key, v) for w, v in seen] == [(_key(i), i) for i in range(7)]
+    store.close()

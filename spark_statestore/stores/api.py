@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import weakref
 from abc import ABC, abstractmethod
+from types import GeneratorType
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from spark_statestore.errors import StoreClosedError
@@ -70,9 +71,12 @@ class StateStore:
         return StoreClosedError(f"store {self._name!r} is closed")
 
     def _iterator(self, source: Iterator[Any]) -> StoreIterator:
-        """Wrap a generator so that `close()` of the store ends it."""
+        """Wrap a generator so that `close()` of the store ends it. The generator is kept
+        too: a `for` loop draws from it directly and lets the wrapper go."""
         it = StoreIterator(source)
         self._iterators.add(it)
+        if isinstance(source, GeneratorType):
+            self._iterators.add(source)
         return it
 
     def _end_iterators(self) -> None:

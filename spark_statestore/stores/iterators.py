@@ -13,7 +13,7 @@ and the loop draw from the same generator, so mixing them stays consistent.
 from __future__ import annotations
 
 import weakref
-from typing import Any, Generic, Iterator, TypeVar
+from typing import Any, Generator, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ class StoreIterator(Generic[T]):
         self._source = source
         self._peeked: Any = _EMPTY
         self._inner = inner
-        self._outer: weakref.ref[StoreIterator[Any]] | None = None
+        self._outer: weakref.ref[Generator[Any, None, None]] | None = None
 
     def __iter__(self) -> Iterator[T]:
         if self._peeked is _EMPTY:
@@ -76,10 +76,10 @@ class StoreIterator(Generic[T]):
         if outer is not None:
             outer.close()
 
-    def close_with(self, outer: StoreIterator[Any]) -> None:
-        """Close `outer` too when this one closes: an iterator that draws from this one
+    def close_with(self, outer: Generator[Any, None, None]) -> None:
+        """Close `outer` too when this one closes: a generator that draws from this one
         and holds items it has read ahead (a chunk being decoded) must end when the store
-        ends this one at its `close()`."""
+        ends this one at its `close()`, also when a `for` loop holds only the generator."""
         self._outer = weakref.ref(outer)
 
     def __enter__(self) -> "StoreIterator[T]":

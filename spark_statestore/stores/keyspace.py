@@ -9,6 +9,7 @@ need not know which one they run on.
 
 from __future__ import annotations
 
+from itertools import islice
 from operator import itemgetter
 from typing import Iterable, Iterator, Protocol, Sequence
 
@@ -71,25 +72,33 @@ class KeySeeker(Protocol):
     def first(self, key: bytes) -> tuple[bytes, bytes] | None:
         """The first pair at or after `key` in the range."""
 
-    def entries(self, key: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """The pairs from `key` up to `upper` (exclusive, at most the range's end); taken
-        whole before the next read of the seeker."""
+    def run(self, key: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` pairs from `key` up to `upper` (exclusive, at most the range's
+        end)."""
+
+    def more(self, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` more pairs of the last `run` (the same `upper`)."""
 
 
 class KeySpaceSeeker:
     """A `KeySeeker` made of a keyspace's own `first` and `scan`."""
 
-    __slots__ = ("_hi", "_ks")
+    __slots__ = ("_hi", "_ks", "_run")
 
     def __init__(self, keyspace: KeySpace, hi: bytes) -> None:
         self._ks = keyspace
         self._hi = hi
+        self._run: Iterator[tuple[bytes, bytes]] = iter(())
 
     def first(self, key: bytes) -> tuple[bytes, bytes] | None:
         return self._ks.first(key, self._hi)
 
-    def entries(self, key: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-        return self._ks.scan(key, min(upper, self._hi))
+    def run(self, key: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        self._run = self._ks.scan(key, min(upper, self._hi))
+        return list(islice(self._run, limit))
+
+    def more(self, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        return list(islice(self._run, limit))
 
 
 def columns_of(pairs: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:

@@ -22,7 +22,7 @@ with the data.
 from __future__ import annotations
 
 from bisect import bisect_left
-from itertools import islice, repeat
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable, Iterator
 
@@ -271,10 +271,9 @@ class RocksDBWindowStore(WindowStore):
             upper = ws_bytes(w + 1) if high is None else ws_bytes(w) + high
             if w > t and stored[8:] < low:  # landed before the key range of a later window
                 stored = ws_bytes(w) + low
-            entries = seeker.entries(stored, upper)
+            room = CHUNK_RECORDS - len(keys)
+            pairs = seeker.run(stored, upper, room)
             while True:
-                room = CHUNK_RECORDS - len(keys)
-                pairs = list(islice(entries, room))
                 raw = map(_first, pairs)
                 keys += [unescape(k, 8)[0] for k in raw] if dups else map(_after_start, raw)
                 values += map(_second, pairs)
@@ -283,6 +282,8 @@ class RocksDBWindowStore(WindowStore):
                     break  # the window's records end here
                 yield WindowColumns(keys, values, starts)
                 keys, values, starts = [], [], []
+                room = CHUNK_RECORDS
+                pairs = seeker.more(upper, room)
             t = w + 1
         if keys:
             yield WindowColumns(keys, values, starts)

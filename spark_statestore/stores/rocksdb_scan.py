@@ -8,7 +8,7 @@ are applied with `seek` and a check in Python.
 
 from __future__ import annotations
 
-from itertools import chain, islice
+from itertools import islice
 from typing import Iterator
 
 import rocksdict
@@ -105,22 +105,20 @@ class Seeker:
     (one seek per window start) costs without creating an iterator per seek, which costs
     about as much as the seek itself.
 
-    The iterator reads one point in time: the one it was created at. `close()` (the
-    database's, at its close) releases it and ends the scan of a long run of `entries`;
-    reads after that find nothing. A read that meets damaged data releases it too, and raises
-    `CorruptStateError`."""
+    Every read of a seeker sees one point in time, the one its iterator was created at
+    (a reader beside a commit sees all of it or none). `close()` (the database's, at its
+    close) releases the iterator; reads after that find nothing. A read that meets damaged
+    data releases it too, and raises `CorruptStateError`."""
 
-    __slots__ = ("__weakref__", "_at", "_cf", "_it", "_opts", "_run")
+    __slots__ = ("__weakref__", "_at", "_it", "_opts")
 
     def __init__(self, cf: rocksdict.Rdict, hi: bytes) -> None:
         # kept as long as the iterator: rocksdict's iterator reads its upper bound from
         # these options (dropped, the bound's memory was reused and reads ended early)
         self._opts = rocksdict.ReadOptions()
         self._opts.set_iterate_upper_bound(hi)
-        self._cf = cf
         self._it: rocksdict.RdictIter | None = cf.iter(self._opts)
         self._at: bytes | None = None  # the key the iterator is on after `first`
-        self._run: Iterator[tuple[bytes, bytes]] | None = None
 
     def first(self, key: bytes) -> tuple[bytes, bytes] | None:
         """The first pair at or after `key` (below the bound), by one seek."""
@@ -136,38 +134,36 @@ class Seeker:
         self._raise_if_damaged()
         return None
 
-    def entries(self, key: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """The pairs from `key` up to `upper` (exclusive): no seek where `first` just
-        found `key`. A step in Python per pair costs more than rocksdict's own item
-        iterator, and a new iterator more than a seek: the first `_SHORT_RUN` pairs are
-        read now by this iterator, the rest of a long run later by a scan of its own."""
+    def run(self, key: bytes, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` pairs from `key` up to `upper` (exclusive); no seek where `first`
+        just found `key`. `more` reads on from where this stopped."""
         it = self._it
         if it is None:
-            return iter(())
+            return []
         if key != self._at:
             it.seek(key)
+        del it
+        return self.more(upper, limit)
+
+    def more(self, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to `limit` more pairs of the last `run`, below `upper`."""
+        it = self._it
+        if it is None:
+            return []
         self._at = None
-        pairs = []
-        valid, current, value, step = it.valid, it.key, it.value, it.next
-        for _ in range(_SHORT_RUN):
-            if not valid():
-                del it, valid, current, value, step
+        pairs: list[tuple[bytes, bytes]] = []
+        append, current, value, step = pairs.append, it.key, it.value, it.next
+        for _ in range(limit):
+            found = current()  # None where the iterator is no longer valid
+            if found is None:
+                del it, current, value, step
                 self._raise_if_damaged()
-                return iter(pairs)
-            found = current()
+                break
             if found >= upper:
-                return iter(pairs)
-            pairs.append((found, value()))
+                break
+            append((found, value()))
             step()
-        if valid():
-            rest = current()
-            if rest < upper:
-                self._run = run = scan_column_family(self._cf, rest, upper, False)
-                return chain(pairs, run)
-            return iter(pairs)
-        del it, valid, current, value, step
-        self._raise_if_damaged()
-        return iter(pairs)
+        return pairs
 
     def _raise_if_damaged(self) -> None:
         """Where the iterator stopped without reaching its bound, RocksDB's error, raised
@@ -178,12 +174,7 @@ class Seeker:
             raise storage_error(error)
 
     def close(self) -> None:
-        if self._run is not None:
-            self._run.close()
-        self._it = self._run = None
-
-
-_SHORT_RUN = 32  # pairs: from there on, rocksdict's item iterator is the faster (measured)
+        self._it = None
 
 
 def _status(it: rocksdict.RdictIter) -> Exception | None:

@@ -14,7 +14,7 @@ a typed read-only view), and a window store's stream time, parameters and metric
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterable, Mapping
 
 from spark_statestore.serde import JsonSerde, PickleSerde, Serde, TupleKeySerde
 from spark_statestore.serde.values import as_list
@@ -353,14 +353,21 @@ class TypedWindowStore(_Typed):
         """Read by chunks of columns (`fetch_range_chunks`) and decoded by columns: no
         Python step per record in this layer."""
         chunks = self.store.fetch_range_chunks(self._bound(key_from), self._bound(key_to), time_from, time_to)
-        records = StoreIterator(self._decoded_chunks(chunks), inner=chunks)
+        records = self._decoded_chunks(chunks)
         chunks.close_with(records)
-        return records
+        return StoreIterator(records, inner=chunks)
 
-    def _decoded_chunks(self, chunks: Iterable[WindowColumns]) -> Iterator[tuple[Windowed, Any]]:
+    def _decoded_chunks(self, chunks: Iterable[WindowColumns]) -> Generator[tuple[Windowed, Any], None, None]:
         size = self.store.window_size
-        for keys, values, starts in chunks:
-            yield from records_of(WindowColumns(self._decode_keys(keys), self._decode_values(values), starts), size)
+        for chunk in chunks:
+            try:
+                decoded = WindowColumns(self._decode_keys(chunk.keys), self._decode_values(chunk.values), chunk.window_starts)
+            except Exception:  # noqa: BLE001 - a serde's error: raised below, record by record
+                # the records before the first that does not decode, then its error, as a
+                # record-by-record read gives them
+                yield from map(self._windowed, records_of(chunk, size))
+                continue
+            yield from records_of(decoded, size)
 
     def backward_fetch_range(
         self, key_from: Any, key_to: Any, time_from: int, time_to: int
