@@ -289,6 +289,22 @@ def test_committed_reader_in_another_thread_never_sees_half_a_commit(tmp_path):
     db.close()
 
 
+def test_a_for_loop_over_a_committed_view_ends_when_the_view_closes(tmp_path):
+    """A `for` loop holds the generator under a store iterator, not the iterator: the
+    view's `close()` still ends it."""
+    db = TransactionalDatabase(tmp_path / "db")
+    store = db.key_value_store("s")
+    for i in range(10):
+        store.put(b"k%d" % i, b"v")
+    store.commit()
+    view = store.read_only(IsolationLevel.READ_COMMITTED)
+    loops = [iter(view.all()), iter(view.range(b"k2", b"k8")), iter(view.reverse_all())]
+    assert [next(loop)[0] for loop in loops] == [b"k0", b"k2", b"k9"]
+    view.close()
+    assert [list(loop) for loop in loops] == [[], [], []]
+    db.close()
+
+
 def test_metrics(kv):
     metrics = kv.transaction_metrics
     for i in range(3):

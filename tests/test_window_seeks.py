@@ -85,7 +85,8 @@ def test_key_ranges_over_runs_of_every_length_read_as_the_in_memory_store(tmp_pa
     queries = [(a, b, 0, 10 * len(SIZES)) for a in bounds for b in bounds]
     for _ in range(40):
         t0 = rng.randrange(0, 60)
-        queries.append((_key(rng.randrange(KEY_COUNT)), _key(rng.randrange(KEY_COUNT)), t0, t0 + rng.randrange(60)))
+        key_from, key_to = _key(rng.randrange(KEY_COUNT)), _key(rng.randrange(KEY_COUNT))
+        queries.append((key_from, key_to, t0, t0 + rng.randrange(60)))
     typed = store.typed(Serdes.bytes(), Serdes.bytes())
     checked = 0
     for key_from, key_to, t0, t1 in queries:
@@ -198,8 +199,61 @@ def test_a_value_that_does_not_decode_fails_the_read_after_the_records_before_it
     typed = store.typed(Serdes.bytes(), Serdes.int64())
     for read in (lambda: typed.fetch_range(_key(0), _key(9), 0, 100), lambda: typed.all()):
         seen = []
-        with pytest.raises(ValueError, match="short"):
+        with pytest.raises(ValueError, match="short") as raised:
             for record in read():
                 seen.append(record)  # noqa: PERF402 - the records before the error
         assert [(w.key, v) for w, v in seen] == [(_key(i), i) for i in range(7)]
+        assert raised.value.__context__ is None  # one error, not the chunk's chained to it
     store.close()
+
+
+def test_a_store_closed_by_a_serde_in_the_middle_of_a_typed_read_ends_it_and_lets_go(tmp_path):
+    """A value serde that closes the store while a chunk is being decoded: the read ends
+    without an error, and the store's database is closed (its lock released)."""
+    path = tmp_path / "db"
+    store = Stores.persistent_window_store("w", path, 10_000, 5)
+    for i in range(3 * CHUNK_RECORDS):
+        store.put(_key(i), b"v", 10)
+
+    class Closing:
+        def encode(self, value):
+            return value
+
+        def decode(self, data):
+            store.close()
+            return data
+
+    read = list(store.typed(Serdes.bytes(), Closing()).fetch_range(_key(0), _key(10**4), 0, 100))
+    assert len(read) <= CHUNK_RECORDS  # at most the chunk that was being decoded
+    assert not store.is_open
+    rocksdict.Rdict(str(path), rocksdict.Options(raw_mode=True)).close()  # the lock was released
+
+
+def test_a_committed_fetch_of_duplicates_beside_a_commit_applied_in_batches_sees_none_of_it(tmp_path):
+    """`fetch` of a key with duplicates reads each window's entries on with the seeker
+    that found the window: opened before a spilled commit and read on while it has
+    applied only its first batch, it sees the entries from before the commit only."""
+    db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=500, commit_chunk_bytes=600)
+    store = db.window_store("w", 10_000, 5, retain_duplicates=True)
+    for start in (0, 10, 20):
+        for _ in range(40):
+            store.put(b"k", b"old", start)
+    db.commit({})
+    view = store.read_only("READ_COMMITTED")
+    records = view.fetch(b"k", 0, 100)
+    head = [next(records)]
+    for start in (10, 20):
+        for n in range(60):
+            store.put(b"k", b"new%d" % n, start)
+    assert store.keyspace.staging is not None
+    during: list = []
+
+    def read_on(point: str) -> None:
+        if point == "apply:after-chunk" and not during:
+            during.extend(head + list(records))
+
+    with injected(read_on):
+        db.commit({})
+    assert [(w, v) for w, v in during] == [(start, b"old") for start in (0, 10, 20) for _ in range(40)]
+    assert len(list(view.fetch(b"k", 0, 100))) == 120 + 120
+    db.close()

@@ -57,7 +57,7 @@ class StateStore:
         self._name = name
         self._open = True
         self._on_close = on_close
-        self._iterators: weakref.WeakSet[StoreIterator] = weakref.WeakSet()
+        self._iterators: weakref.WeakSet[StoreIterator | GeneratorType] = weakref.WeakSet()
 
     @property
     def name(self) -> str:
@@ -81,7 +81,8 @@ class StateStore:
 
     def _end_iterators(self) -> None:
         for it in list(self._iterators):
-            it.close()
+            if not getattr(it, "gi_running", False):  # a read that closes the store ends itself
+                it.close()
 
     def flush(self) -> None:
         """Persist buffered data (nothing to do for stores that buffer nothing)."""
@@ -93,9 +94,11 @@ class StateStore:
         if not self._open:
             return
         self._open = False
-        self._end_iterators()
-        if self._on_close is not None:
-            self._on_close()
+        try:
+            self._end_iterators()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
 
     def __enter__(self) -> "StateStore":
         return self

@@ -68,12 +68,12 @@ class StoreIterator(Generic[T]):
         self._source = _DONE
         self._peeked = _EMPTY
         close = getattr(source, "close", None)
-        if close is not None:
+        if close is not None and not getattr(source, "gi_running", False):
             close()
         if self._inner is not None:
             self._inner.close()
         outer = None if self._outer is None else self._outer()
-        if outer is not None:
+        if outer is not None and not outer.gi_running:  # running: it finds this one closed
             outer.close()
 
     def close_with(self, outer: Generator[Any, None, None]) -> None:

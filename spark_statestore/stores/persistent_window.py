@@ -190,29 +190,35 @@ class RocksDBWindowStore(WindowStore):
             i = j
         return WindowColumns(list(map(_after_start, stored)), values, starts)
 
-    def _entries_of(self, start: int, part: bytes, reverse: bool) -> Iterator[tuple[int, bytes]]:
-        """Every value of one key (given as its key part) in one window."""
-        window = ws_bytes(start)
-        end = prefix_end(part)
-        for _, value in self._ks.scan(window + part, window + end, reverse):  # type: ignore[operator]
-            yield start, value
-
     def _walk_key(self, key: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
+        """Forward, all by one seeker (one point in time): the skip-scan finds each window
+        of the key, and with duplicates the window's entries are read on from there."""
         part = self._key_part(key)
-        dups = self.retain_duplicates
         seeker = self._ks.seeker(ws_bytes(lo), ws_bytes(hi + 1))
-        for w, _, value in skip_scan(seeker.first, part, lo, hi, dups):
-            if dups:
-                yield from self._entries_of(w, part, False)
-            else:
+        if not self.retain_duplicates:
+            for w, _, value in skip_scan(seeker.first, part, lo, hi, False):
                 yield w, value  # type: ignore[misc]
+            return
+        end = prefix_end(part)
+        for w, stored, _ in skip_scan(seeker.first, part, lo, hi, True):
+            upper = ws_bytes(w) + end  # type: ignore[operator]
+            pairs = seeker.run(stored, upper, CHUNK_RECORDS)
+            while True:
+                for _, value in pairs:
+                    yield w, value
+                if len(pairs) < CHUNK_RECORDS:
+                    break
+                pairs = seeker.more(upper, CHUNK_RECORDS)
 
     def _walk_key_backward(self, key: bytes, lo: int, hi: int) -> Iterator[tuple[int, bytes]]:
         part = self._key_part(key)
         dups = self.retain_duplicates
+        end = prefix_end(part)
         for w, _, value in skip_scan_backward(self._ks.last, part, self._key_part_end(key), lo, hi, dups):
             if dups:
-                yield from self._entries_of(w, part, True)
+                window = ws_bytes(w)
+                for _, entry in self._ks.scan(window + part, window + end, True):  # type: ignore[operator]
+                    yield w, entry
             else:
                 yield w, value  # type: ignore[misc]
 

@@ -361,13 +361,15 @@ class TypedWindowStore(_Typed):
         size = self.store.window_size
         for chunk in chunks:
             try:
-                decoded = WindowColumns(self._decode_keys(chunk.keys), self._decode_values(chunk.values), chunk.window_starts)
+                keys, values = self._decode_keys(chunk.keys), self._decode_values(chunk.values)
             except Exception:  # noqa: BLE001 - a serde's error: raised below, record by record
+                keys = values = None
+            if keys is None or values is None:
                 # the records before the first that does not decode, then its error, as a
                 # record-by-record read gives them
                 yield from map(self._windowed, records_of(chunk, size))
-                continue
-            yield from records_of(decoded, size)
+            else:
+                yield from records_of(WindowColumns(keys, values, chunk.window_starts), size)
 
     def backward_fetch_range(
         self, key_from: Any, key_to: Any, time_from: int, time_to: int

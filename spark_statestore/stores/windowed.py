@@ -48,4 +48,5 @@ def records_of(columns: WindowColumns, size: int) -> Iterator[tuple[Windowed, An
 
 def columns_of_records(records: list[tuple[Windowed, Any]]) -> WindowColumns:
     """`(Windowed, value)` records as `WindowColumns`."""
-    return WindowColumns([w.key for w, _ in records], [v for _, v in records], [w.window.start for w, _ in records])
+    keys = [w.key for w, _ in records]
+    return WindowColumns(keys, [v for _, v in records], [w.window.start for w, _ in records])

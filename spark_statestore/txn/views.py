@@ -9,7 +9,6 @@ half done.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from typing import Any, Iterator
 
@@ -59,6 +58,17 @@ WINDOW_READS = frozenset(
 )
 
 
+def _after(
+    head: tuple[bytes, bytes] | None, rest: Iterator[tuple[bytes, bytes]]
+) -> Iterator[tuple[bytes, bytes]]:
+    """`head`, then `rest` (nothing if `head` is None): a generator, so that a store's
+    `close()` ends a loop over it."""
+    if head is None:
+        return
+    yield head
+    yield from rest
+
+
 class LockedKeySpace:
     """Committed data of a column family, read under the database's commit lock."""
 
@@ -93,9 +103,7 @@ class LockedKeySpace:
         with self._lock:
             entries = self._inner.scan(lo, hi, reverse)
             head = next(entries, None)  # the RocksDB iterator is created here, under the lock
-        if head is None:
-            return iter(())
-        return itertools.chain((head,), entries)
+        return _after(head, entries)
 
     def scan_columns(self, lo: bytes | None, hi: bytes | None) -> tuple[list[bytes], list[bytes]]:
         with self._lock:
