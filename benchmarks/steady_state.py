@@ -9,10 +9,14 @@ compilation do not count.
 
   floor   mapInArrow identity over the input repartitioned by key: the most any
           per-partition Python path can reach
-  kv      per-partition running count per key (mapInArrow, `partition_function`): one
-          `get_all` and one `put_columns` per Arrow batch; record cache on and off
+  kv      per-partition running count per key (mapInArrow, `partition_function`): the
+          rows counted per key in Arrow first (up to 2M rows at a time), then one
+          `get_all` and one `put_columns`; record cache on and off
   window  per-partition count per key in 10 s tumbling windows (window stores on the
-          watermark clock, a 10 s watermark delay): rows of windows that ended before the
+          watermark clock, a 10 s watermark delay), the rows counted per (key, window) in
+          Arrow first (up to 2M rows at a time, then one `get_all` and one `put_columns`),
+          as Spark SQL's aggregation counts a batch's rows before it updates its state
+          store once per group: rows of windows that ended before the
           previous batch's watermark are dropped, and each window is emitted once, in the
           batch whose watermark passes its end (`fetch_all_columns`), as Spark SQL's append
           mode does (the `sql` query: the same rows dropped, the same windows emitted, checked
@@ -45,6 +49,7 @@ WINDOW_MS = 10_000
 DELAY_MS = 10_000
 COUNT_SCHEMA = "key string, count long"
 WINDOW_SCHEMA = "key string, window_start long, count long"
+AGGREGATE_ROWS = 2_000_000  # rows a partition function counts in Arrow before it reads and writes its store
 KV_STORES = [KeyValue("counts", Serdes.string(), Serdes.int64())]
 # the watermark clock with retention = the window size: a window lives until the watermark
 # passes its end, as in Spark SQL
@@ -79,11 +84,13 @@ def identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 
 def kv_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.RecordBatch]:
-    """Running count per key: one get_all and one put_columns per Arrow batch; yields the
-    updated counts."""
+    """Running count per key: the partition's rows counted per key in Arrow first (up to
+    `AGGREGATE_ROWS` rows at a time), then one `get_all` and one `put_columns`; yields the
+    updated counts (one row per key and chunk, as Spark's update mode gives one per key
+    and batch)."""
     counts = stores["counts"]
-    for batch in batches:
-        grouped = pa.Table.from_batches([batch]).group_by("key").aggregate([("key", "count")])
+    for table in aggregated(batches, AGGREGATE_ROWS):
+        grouped = table.group_by("key").aggregate([("key", "count")])
         keys = grouped.column("key")
         current = np.array([c or 0 for c in counts.get_all(keys)], dtype=np.int64)
         updated = current + grouped.column("key_count").to_numpy()
@@ -92,14 +99,18 @@ def kv_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.Rec
 
 
 def window_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.RecordBatch]:
-    """Counts per key and 10 s window; the windows this batch's watermark closes are
-    emitted (in the next batch they have expired: the store's stream time is then this
-    batch's watermark)."""
+    """Counts per key and 10 s window. The partition's rows are counted per (key, window)
+    in Arrow first, up to `AGGREGATE_ROWS` rows at a time, so the store reads and writes
+    each window once per chunk (as Spark SQL's aggregation updates each group's state once
+    per batch, and the partition's Arrow batches of 100,000 rows would touch most windows
+    several times); the windows this batch's watermark closes are emitted (in the next batch
+    they have expired: the store's stream time is then this batch's watermark)."""
     windows = stores["windows"]
-    for batch in batches:
-        ts = batch.column("ts").to_numpy()
-        table = pa.table({"key": batch.column("key"), "start": ts - ts % WINDOW_MS})
-        grouped = table.group_by(["key", "start"]).aggregate([("key", "count")])
+    for table in aggregated(batches, AGGREGATE_ROWS):
+        ts = table.column("ts").to_numpy()
+        grouped = pa.table({"key": table.column("key"), "start": ts - ts % WINDOW_MS}).group_by(
+            ["key", "start"]
+        ).aggregate([("key", "count")])
         keys, window_starts = grouped.column("key"), grouped.column("start")
         current = np.array([c or 0 for c in windows.get_all(keys, window_starts)], dtype=np.int64)
         windows.put_columns(keys, current + grouped.column("key_count").to_numpy(), window_starts)
@@ -109,6 +120,20 @@ def window_counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa
             yield pa.RecordBatch.from_pydict(
                 {"key": done.keys, "window_start": done.window_starts, "count": done.values}
             )
+
+
+def aggregated(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """The batches as tables of at least `rows` rows each (the last one of what is left)."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(held)
+            held, count = [], 0
+    if held:
+        yield pa.Table.from_batches(held)
 
 
 # -- transformWithStateInPandas and applyInPandasWithState -------------------------------------

@@ -76,6 +76,57 @@ def test_keyspace_random_walk(tmp_path, limit, seed):
     reopened.close()
 
 
+@pytest.mark.parametrize("limit", [-1, 3_000])
+@pytest.mark.parametrize("seed", range(3))
+def test_reads_of_many_keys_answer_as_reads_of_one(tmp_path, limit, seed):
+    """`get_many` of 64 to 300 keys (where committed data's own multi-get bounds the keys
+    by its first and last stored key among them) against the model: committed keys in a
+    few clusters, so a read's keys often lie below, above or between them; pending puts
+    and tombstones, spilled ones (with a limit), range deletions, repeated keys, and keys
+    far outside everything written."""
+    rng = random.Random(seed)
+    db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=limit)
+    ks = db.key_value_store("s").keyspace
+    universe = [b"%c%03d" % (c, i) for c in b"bdfh" for i in range(250)]
+    model: dict[bytes, bytes] = {}
+    committed: dict[bytes, bytes] = {}
+    reads = 0
+    for step in range(400):
+        op = rng.random()
+        if op < 0.3:  # a cluster of puts, some of them deletions
+            lo = rng.randrange(len(universe))
+            for key in universe[lo : lo + rng.randint(1, 80)]:
+                if rng.random() < 0.15:
+                    ks.delete(key)
+                    model.pop(key, None)
+                else:
+                    value = bytes([rng.randrange(256)]) * rng.randint(1, 4)
+                    ks.put(key, value)
+                    model[key] = value
+        elif op < 0.4:  # a range deletion, often ending at a committed key
+            lo, hi = sorted(rng.sample(sorted(committed) if len(committed) > 1 and rng.random() < 0.7 else universe, 2))
+            ks.delete_range(lo, hi)
+            for key in [k for k in model if lo <= k < hi]:
+                del model[key]
+        elif op < 0.85:
+            lo = rng.randrange(len(universe))
+            span = universe[lo : lo + rng.randint(64, 400)]
+            keys = [rng.choice(span) for _ in range(rng.randint(64, 300))]
+            keys += [b"a", b"z" * 3] * rng.randint(0, 2)  # beyond everything written
+            assert ks.get_many(keys) == [model.get(k) for k in keys], step
+            assert ks.committed.get_many(keys) == [committed.get(k) for k in keys], step
+            reads += 1
+        elif op < 0.95:
+            db.commit()
+            committed = dict(model)
+        else:
+            db.rollback()
+            model = dict(committed)
+    assert reads > 150
+    assert limit < 0 or db.metrics.spills > 0, "the limit is small enough to spill"
+    db.close()
+
+
 def test_range_deletion_hides_committed_and_staged_keys_until_rollback(tmp_path):
     db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=10)
     ks = db.key_value_store("s").keyspace

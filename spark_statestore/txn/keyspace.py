@@ -15,8 +15,8 @@ beyond those bytes (`budget.uncommitted_cost`).
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import is_, itemgetter, or_
 from typing import Iterable, Iterator, Sequence
 
 import rocksdict
@@ -40,9 +40,14 @@ Entry = tuple[bytes, "bytes | None"]
 _first, _second = itemgetter(0), itemgetter(1)
 
 
+def _staged_value(raw: bytes) -> bytes | None:
+    """The value a staged record holds (None: a tombstone)."""
+    return raw[1:] if raw[0] == 1 else None
+
+
 def decode_staged(entries: Iterator[tuple[bytes, bytes]]) -> Iterator[Entry]:
     for key, raw in entries:
-        yield key, (raw[1:] if raw[0] == 1 else None)
+        yield key, _staged_value(raw)
 
 
 class TransactionalKeySpace:
@@ -179,7 +184,7 @@ class TransactionalKeySpace:
         if self.staging is not None:
             raw = self.staging.get(key)
             if raw is not None:
-                return raw[1:] if raw[0] == 1 else None
+                return _staged_value(raw)
         if self.ranges and _covered(self.ranges, key):
             return None
         return self.committed.get(key)
@@ -187,26 +192,27 @@ class TransactionalKeySpace:
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Many gets, each answered as `get` answers it: pending writes from the buffer,
         spilled ones by one multi-get of the staging area, keys under a pending range
-        deletion as absent, the rest by one multi-get of committed data."""
-        out: list = list(map(self.pending.get, keys, repeat(_MISSING, len(keys))))
-        missing = [i for i, value in enumerate(out) if value is _MISSING]
-        if missing and self.staging is not None:
-            staged = self.staging.get_many([keys[i] for i in missing])
-            for i, raw in zip(missing, staged, strict=True):
-                if raw is not None:
-                    out[i] = raw[1:] if raw[0] == 1 else None
-            missing = [i for i in missing if out[i] is _MISSING]
+        deletion as absent, the rest by one multi-get of committed data. The keys the
+        buffer lacks are found and their answers merged back by C-level passes."""
+        out: list = list(map(self.pending.data.get, keys, repeat(_MISSING, len(keys))))
+        if _MISSING not in out:
+            return out
+        missing = list(compress(keys, map(is_, out, repeat(_MISSING))))
+        found = dict.fromkeys(missing)  # absent unless found below
+        if self.staging is not None:
+            staged = self.staging.get_many(missing)
+            hits = list(compress(missing, staged))
+            found.update(zip(hits, map(_staged_value, filter(None, staged))))
+            missing = list(compress(missing, map(is_, staged, repeat(None))))
         if missing and self.ranges:  # absent: under a range deletion, not written since
             if len(self.ranges) == 1:  # the usual case (a window store's expiry): one test
                 lo, hi = self.ranges[0]
-                missing = [i for i in missing if not lo <= keys[i] < hi]
+                missing = list(compress(missing, map(or_, map(lo.__gt__, missing), map(hi.__le__, missing))))
             else:
-                missing = [i for i in missing if not _covered(self.ranges, keys[i])]
+                missing = [key for key in missing if not _covered(self.ranges, key)]
         if missing:
-            found = self.committed.get_many([keys[i] for i in missing])
-            for i, value in zip(missing, found, strict=True):
-                out[i] = value
-        return [None if value is _MISSING else value for value in out] if self.ranges else out
+            found.update(zip(missing, self.committed.get_many(missing)))
+        return list(map(found.get, keys, out))
 
     def _quiet(self, lo: bytes | None, hi: bytes | None) -> bool:
         """True when committed data alone answers reads of [lo, hi)."""
