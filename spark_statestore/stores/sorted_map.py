@@ -62,6 +62,14 @@ class SortedMap:
             self.version += 1
         data[key] = value
 
+    def add(self, key: Any, value: Any) -> None:
+        """`set` of a key the caller has just found absent (one dict probe fewer)."""
+        self.data[key] = value
+        keys = self._keys
+        if keys is not None:
+            keys.add(key)
+        self.version += 1
+
     def set_many(self, pairs: Iterable[tuple[Any, Any]], new_keys: Sequence[Any]) -> None:
         """`set` of every pair, where `new_keys` are exactly the keys of `pairs` not in the
         map yet (the caller has looked them up already)."""

@@ -79,7 +79,7 @@ class TransactionalKeySpace:
         data = pending.data
         old = data.get(key, _MISSING)
         if old is _MISSING:
-            pending.set(key, value)  # a new key: the sorted index and version follow
+            pending.add(key, value)  # a new key: the sorted index and version follow
             delta = len(key) + len(value)
             self.entries += 1
             self.memory_bytes += delta
