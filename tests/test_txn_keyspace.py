@@ -127,6 +127,101 @@ def test_reads_of_many_keys_answer_as_reads_of_one(tmp_path, limit, seed):
     db.close()
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_writers_scan_goes_on_past_spills_commits_rollbacks_and_range_deletions(tmp_path, seed, reverse):
+    """A scan the writer opens while it has writes in the range, with a step between
+    every two records it reads (a put or delete anywhere, a range deletion, a spill, a
+    commit, a rollback): it yields keys in order, each once, each with a value the key
+    held since the scan opened, and every key present at the open and never absent since.
+    Before the scan re-opened on spills, commits and rollbacks, it lost the pending
+    records it had not reached when a spill or commit moved them on (to the staging
+    area, or to committed data, which it had opened before)."""
+    rng = random.Random(seed)
+    db = TransactionalDatabase(tmp_path / "db")
+    ks = db.key_value_store("s").keyspace
+    universe = [b"k%02d" % i for i in range(40)]
+    for key in rng.sample(universe, 15):
+        ks.put(key, b"c")
+    db.commit()
+    committed = dict(ks.scan(None, None))
+    yielded_total = 0
+    for _ in range(30):
+        for key in rng.sample(universe, 6):
+            ks.put(key, b"open")  # pending writes: the merged scan
+        model = dict(ks.scan(None, None))  # what the transaction sees at the open
+        held = {key: {value} for key, value in model.items()}  # values each key held since
+        kept = set(model)  # present at the open and never absent since
+        scan = ks.scan(None, None, reverse)
+        yielded = []
+        for key, value in scan:
+            assert value in held.get(key, ()), (key, value)
+            yielded.append(key)
+            op = rng.random()
+            if op < 0.3:
+                key = rng.choice(universe)
+                model[key] = b"v%d" % rng.randrange(100)
+                ks.put(key, model[key])
+            elif op < 0.4:
+                key = rng.choice(universe)
+                model.pop(key, None)
+                ks.delete(key)
+            elif op < 0.5:
+                lo, hi = sorted(rng.sample(universe, 2))
+                ks.delete_range(lo, hi)
+                model = {k: v for k, v in model.items() if not lo <= k < hi}
+            elif op < 0.65:
+                ks.spill()
+            elif op < 0.8:
+                db.commit()
+                committed = dict(model)
+            elif op < 0.85:
+                db.rollback()
+                model = dict(committed)
+            for k, v in model.items():
+                held.setdefault(k, set()).add(v)
+            kept &= set(model)
+        assert yielded == sorted(set(yielded), reverse=reverse)  # in order, each once
+        assert kept <= set(yielded), sorted(kept - set(yielded))
+        yielded_total += len(yielded)
+        db.commit()
+        committed = dict(ks.scan(None, None))
+    assert yielded_total > 200
+    db.close()
+
+
+@pytest.mark.parametrize("move", ["spill+commit", "commit", "spill"])
+def test_a_window_read_keeps_the_pending_records_a_commit_moves_on(tmp_path, move):
+    """The writer's window reads opened while it has pending records (`fetch_all`, a
+    key's `fetch`, backward too) still yield them after a spill or commit mid-read."""
+    db = TransactionalDatabase(tmp_path / "db")
+    store = db.window_store("w", 10**6, 5)
+    store.put(b"a", b"1", 0)
+    store.put(b"k", b"1", 0)
+    db.commit({})
+    store.put(b"b", b"2", 0)
+    store.put(b"c", b"3", 0)
+    store.put(b"k", b"2", 5)
+    store.put(b"k", b"3", 10)
+    reads = {
+        "fetch_all": (store.fetch_all(0, 10), [b"a", b"b", b"c", b"k", b"k", b"k"]),
+        "backward_fetch_all": (store.backward_fetch_all(0, 10), [b"k", b"k", b"k", b"c", b"b", b"a"]),
+        "fetch": (store.fetch(b"k", 0, 10), [0, 5, 10]),
+    }
+    firsts = {name: next(it) for name, (it, _) in reads.items()}
+    if "spill" in move:
+        db.spill()
+    if "commit" in move:
+        db.commit({})
+    for name, (it, expected) in reads.items():
+        rest = list(it)
+        if name == "fetch":
+            assert [firsts[name][0]] + [t for t, _ in rest] == expected, name
+        else:
+            assert [firsts[name][0].key] + [w.key for w, _ in rest] == expected, name
+    db.close()
+
+
 def test_range_deletion_hides_committed_and_staged_keys_until_rollback(tmp_path):
     db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=10)
     ks = db.key_value_store("s").keyspace

@@ -65,6 +65,9 @@ class TransactionalKeySpace:
         self.memory_bytes = 0  # key and value bytes buffered in memory (KIP-892's count)
         self.entries = 0  # records buffered in memory
         self.spilled = 0  # uncommitted bytes moved to the staging column family
+        # moved by what changes where the transaction's records are (a spill, the end of the
+        # transaction, a range deletion): open merged scans re-open (`_merged_scan`)
+        self.generation = 0
 
     # -- writes -------------------------------------------------------------------------
 
@@ -173,6 +176,7 @@ class TransactionalKeySpace:
         if self.staging is not None:
             self.staging.delete_range(lo, hi)
         self.ranges = _add_range(self.ranges, lo, hi)
+        self.generation += 1
         self._account(len(lo) + len(hi) - freed, -len(removed))
 
     # -- reads --------------------------------------------------------------------------
@@ -237,6 +241,26 @@ class TransactionalKeySpace:
         return columns_of(list(self._merged_scan(lo, hi, False)))
 
     def _merged_scan(
+        self, lo: bytes | None, hi: bytes | None, reverse: bool
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """The transaction's view of [lo, hi), live: a spill, commit, rollback or range
+        deletion while the caller holds the scan (`generation` moved) re-opens it past the
+        last key it yielded, so no record moves out from under it (a pending write that
+        a spill or commit moves on is read from where it went)."""
+        while True:
+            generation = self.generation
+            for key, value in self._merged_once(lo, hi, reverse):
+                yield key, value
+                if self.generation != generation:
+                    if reverse:
+                        hi = key
+                    else:
+                        lo = key + b"\x00"  # the least key after `key`
+                    break
+            else:
+                return
+
+    def _merged_once(
         self, lo: bytes | None, hi: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
         committed = self._committed_outside_ranges(lo, hi, reverse)
@@ -328,6 +352,7 @@ class TransactionalKeySpace:
         self.memory_bytes = 0
         self.entries = 0
         self.pending.clear()
+        self.generation += 1
 
     def changes(self) -> Iterator[tuple[Sequence[bytes], Sequence[bytes | None]]]:
         """The transaction's final writes in key order (`None` = delete), as `(keys,
@@ -342,6 +367,7 @@ class TransactionalKeySpace:
     def reset(self) -> None:
         """Forget the transaction (after commit or rollback)."""
         self.pending.clear()
+        self.generation += 1
         self.ranges = []
         self.memory_bytes = 0
         self.entries = 0
