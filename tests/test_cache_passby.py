@@ -42,6 +42,22 @@ def test_a_bulk_write_drops_the_clean_entries_it_replaces(tmp_path):
     store.close()
 
 
+def test_columns_pass_by_as_columns_and_drop_the_clean_entries_they_replace(tmp_path):
+    inner = Stores.persistent_key_value_store("kv", tmp_path / "db")
+    store = Stores.caching(inner, ThreadCache(1 << 20))
+    store.put_columns([b"a", b"b"], [b"1", b"2"])
+    assert len(store.named_cache) == 0 and inner.get(b"a") == b"1"
+    assert store.get(b"a") == b"1"  # a clean entry
+    store.put_columns([b"a", b"c"], [b"3", None])  # must not be hidden by it
+    assert len(store.named_cache) == 0 and store.get(b"a") == b"3" and inner.get(b"a") == b"3"
+    with pytest.raises(ValueError, match="same length"):
+        store.put_columns([b"a"], [])
+    with pytest.raises(TypeError):
+        store.put_columns([b"a", "b"], [b"1", b"2"])
+    assert list(store.all()) == [(b"a", b"3"), (b"b", b"2")]  # nothing of the bad calls written
+    store.close()
+
+
 def test_a_listener_puts_bulk_writes_back_through_the_cache(tmp_path):
     inner = Stores.persistent_key_value_store("kv", tmp_path / "db")
     store = Stores.caching(inner, ThreadCache(1 << 20))
@@ -92,9 +108,13 @@ def test_random_mixes_of_single_and_bulk_calls_read_like_an_uncached_store(tmp_p
                 for key, value, start in records:
                     for store in (cached, twin):
                         store.put(key, value, start) if kind == "window" else store.put(key, value)
-            elif op < 0.45:
+            elif op < 0.35:
                 for store in (cached, twin):
                     store.put_all(records if kind == "window" else [(k, v) for k, v, _ in records])
+            elif op < 0.45:  # columns: straight to the store where the cache holds nothing
+                keys, values, starts = (list(column) for column in zip(*records))
+                for store in (cached, twin):
+                    store.put_columns(keys, values, starts) if kind == "window" else store.put_columns(keys, values)
             elif op < 0.6:
                 key, _, start = records[0]
                 if kind == "window":

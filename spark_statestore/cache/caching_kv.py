@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from spark_statestore.cache.caching import CachingLayer, OnFlush
 from spark_statestore.cache.change import Change
@@ -69,6 +69,16 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
             pairs = check_pairs(pairs)
             self._named.remove_many(key for key, _ in pairs)
         self._inner.put_all(pairs)  # which checks every pair before it writes any
+
+    def put_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        """`put_all` of two columns; straight to the store as columns (no pairs built)
+        where the cache cannot help and holds no entry that could hide them."""
+        if not self._open:
+            raise self._closed()
+        if self._named or not self._passes_by():
+            super().put_columns(keys, values)  # `put_all`: through the cache, or by it
+            return
+        self._inner.put_columns(keys, values)
 
     def _merged(self, lo, hi, hi_inclusive: bool, reverse: bool, stored: Any) -> Iterator[tuple[bytes, bytes]]:
         cached = self._named.items(lo, hi, hi_inclusive, reverse)
