@@ -222,6 +222,24 @@ def test_a_window_read_keeps_the_pending_records_a_commit_moves_on(tmp_path, mov
     db.close()
 
 
+@pytest.mark.parametrize("move", ["commit", "spill", "rollback"])
+def test_a_read_that_would_re_open_after_the_database_closed_ends(tmp_path, move):
+    """A READ_UNCOMMITTED view's read held past a commit (spill, rollback) and the
+    database's close, the view itself dropped: the read ends, as reads end at a close;
+    its re-open must not reach the closed database (rocksdict's own error)."""
+    db = TransactionalDatabase(tmp_path / "db")
+    store = db.key_value_store("s")
+    store.put(b"a", b"1")
+    store.put(b"b", b"1")
+    db.commit()
+    store.put(b"a", b"2")  # a pending write: the view's read is a merged scan
+    read = store.read_only("READ_UNCOMMITTED").all()  # the view is not kept
+    assert next(read) == (b"a", b"2")
+    getattr(db, move)()
+    db.close()
+    assert list(read) == []
+
+
 def test_range_deletion_hides_committed_and_staged_keys_until_rollback(tmp_path):
     db = TransactionalDatabase(tmp_path / "db", uncommitted_max_bytes=10)
     ks = db.key_value_store("s").keyspace
