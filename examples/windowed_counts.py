@@ -129,17 +129,25 @@ def generate(input_dir: str, files: int, events_per_file: int, keys: int = 8, se
     rng = random.Random(seed + start)
     os.makedirs(input_dir, exist_ok=True)
     for n in range(start, start + files):
-        rows = []
-        for _ in range(events_per_file):
-            ts = n * 10_000 + 1 + rng.randrange(9_999)
-            if rng.random() < 0.05:
-                late = ts - rng.randrange(5_000, 40_000)
-                ts = late if late > 0 else ts
-            rows.append((f"sensor-{rng.randrange(keys)}", ts))
+        rows = tick_events(rng, n, events_per_file, keys)
         temp = os.path.join(input_dir, f".{n:05d}.json.tmp")
         pd.DataFrame(rows, columns=["key", "ts"]).to_json(temp, orient="records", lines=True)
         os.utime(temp, (1_000_000 + n, 1_000_000 + n))  # the file source takes files by modification time
         os.replace(temp, os.path.join(input_dir, f"{n:05d}.json"))
+
+
+def tick_events(rng: random.Random, tick: int, count: int, keys: int) -> list[tuple[str, int]]:
+    """`count` (key, event time) events of one tick: 10 s of event time from tick * 10 s +
+    1 ms, 5% of them late by 5 to 40 s (those that would fall at or before the epoch stay
+    on time)."""
+    rows = []
+    for _ in range(count):
+        ts = tick * 10_000 + 1 + rng.randrange(9_999)
+        if rng.random() < 0.05:
+            late = ts - rng.randrange(5_000, 40_000)
+            ts = late if late > 0 else ts
+        rows.append((f"sensor-{rng.randrange(keys)}", ts))
+    return rows
 
 
 def build_query(spark: Any, workdir: str, processor: WindowedCounts, trigger: dict) -> Any:
@@ -222,8 +230,8 @@ class Progress:
         self.spark.streams.removeListener(self.listener)
 
 
-def session(master: str | None) -> Any:
-    """The job's SparkSession: local defaults when run with python, spark-submit's
+def session_builder(master: str | None) -> Any:
+    """The job's SparkSession builder: local defaults when run with python, spark-submit's
     settings when run under it (only the state store provider TWS needs is added)."""
     from pyspark.sql import SparkSession
 
@@ -238,7 +246,12 @@ def session(master: str | None) -> Any:
             .config("spark.sql.adaptive.enabled", "false")  # stateful queries run without it anyway
             .config("spark.ui.showConsoleProgress", "false")
         )
-    return builder.getOrCreate()
+    return builder
+
+
+def session(master: str | None) -> Any:
+    """The job's SparkSession (see session_builder)."""
+    return session_builder(master).getOrCreate()
 
 
 def main(argv: list[str] | None = None) -> None:

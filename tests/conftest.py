@@ -23,6 +23,26 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 _counter = itertools.count()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
+
+def kafka_connector() -> tuple[str | None, str]:
+    """Spark's Kafka connector for the installed pyspark, as `spark.jars` gives it (fetched
+    with Maven once), and why not where there is none: (jars or None, reason)."""
+    import local_kafka
+
+    version = local_kafka.connector_version()
+    if version is None:
+        return None, (f"Maven Central as served here has no spark-sql-kafka-0-10_2.13 for pyspark "
+                      f"{local_kafka._installed_minor()} (README: pyspark versions)")
+    try:
+        jars = local_kafka.connector_jars()
+    except Exception as error:  # a Spark session without it still serves every other test
+        return None, f"fetching Spark's Kafka connector {version} failed: {error}"
+    return ",".join(str(jar) for jar in jars), ""
+
+
+KAFKA_JARS, NO_KAFKA_REASON = kafka_connector()
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -100,6 +120,7 @@ def _classic_session(warehouse: str):
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
+        .config("spark.jars", KAFKA_JARS or "")  # Spark's Kafka connector, as a user's --jars
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -120,7 +141,8 @@ def connect_server(tmp_path_factory):
     pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark[connect]")
     from connect_server import ConnectServer
 
-    server = ConnectServer(str(tmp_path_factory.mktemp("connect-server")))
+    server = ConnectServer(str(tmp_path_factory.mktemp("connect-server")),
+                           {"spark.jars": KAFKA_JARS} if KAFKA_JARS else None)
     yield server
     server.stop()
 

@@ -54,3 +54,23 @@ def cumulative_counts(checkpoint: str) -> dict[int, dict[str, int]]:
                 running[key] += 1
         out[batch] = dict(running)
     return out
+
+
+def kafka_batches(checkpoint: str) -> tuple[list[int], dict[int, int], dict[int, dict[tuple[str, int], tuple[int, int]]]]:
+    """Committed batches of a query with one Kafka source, each batch's watermark, and the
+    offsets each batch read: {(topic, partition): (from, until)} (until exclusive). The
+    offset log's source line holds each partition's end offset after the batch; a batch
+    starts where the previous one ended, and a partition first seen starts at 0 (Spark
+    reads partitions added to a topic from their earliest offset)."""
+    committed = sorted(int(n) for n in os.listdir(os.path.join(checkpoint, "commits")) if n.isdigit())
+    watermarks: dict[int, int] = {}
+    ranges: dict[int, dict[tuple[str, int], tuple[int, int]]] = {}
+    previous: dict[tuple[str, int], int] = {}
+    for batch in committed:
+        with open(os.path.join(checkpoint, "offsets", str(batch))) as f:
+            lines = f.read().splitlines()
+        watermarks[batch] = json.loads(lines[1])["batchWatermarkMs"]
+        ends = {(topic, int(p)): offset for topic, parts in json.loads(lines[2]).items() for p, offset in parts.items()}
+        ranges[batch] = {tp: (previous.get(tp, 0), end) for tp, end in ends.items() if end > previous.get(tp, 0)}
+        previous = ends
+    return committed, watermarks, ranges

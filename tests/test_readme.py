@@ -69,6 +69,7 @@ NOT_RUN = {
         "submits the user's my_job.py; test_early_trigger_shim starts drivers and a Connect server with this jar and plugin"
     ),
     "On a cluster#0": "needs a standalone master; test_cluster runs the same settings on one",
+    "Kafka#0": "needs a Kafka broker of the user's; test_kafka runs the same job against a broker on loopback",
     "Changing the partition count#1": (
         "its second call needs a state with a `seen` store keyed by user and day; test_rescale runs key mappings"
     ),

@@ -15,9 +15,9 @@ batch's watermark decides which windows were written.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterable
 
 import pandas as pd
-
 from spark_batches import batches as _batches
 
 WINDOWS = {"tumbling": (10_000, 10_000), "sliding": (30_000, 10_000)}
@@ -25,29 +25,41 @@ GRACE = 5_000
 
 
 def reference(checkpoint: str) -> pd.DataFrame:
+    """The reference of a query over files (the file source's log says each batch's files)."""
     committed, watermarks, files = _batches(checkpoint)
+
+    def rows(batch: int):
+        for path in sorted(files.get(batch, [])):
+            frame = pd.read_json(path, lines=True)
+            yield from zip(frame["key"], frame["ts"], strict=True)
+
+    return replay(committed, watermarks, rows)
+
+
+def replay(committed: list[int], watermarks: dict[int, int], rows: Callable[[int], Iterable[tuple[str, int]]]
+           ) -> pd.DataFrame:
+    """The windows written by the committed batches, each batch reading `rows(batch)`: the
+    (key, event time) pairs of its input."""
     counts: Counter = Counter()
     late_before = 0  # the watermark of the previous batch
     for batch in committed:
-        for path in sorted(files.get(batch, [])):
-            frame = pd.read_json(path, lines=True)
-            for key, ts in zip(frame["key"], frame["ts"], strict=True):
-                if ts <= late_before:
-                    continue  # dropped by Spark as late
-                for kind, (size, slide) in WINDOWS.items():
-                    first = ts - ts % slide
-                    for j in range(size // slide):
-                        start = first - j * slide
-                        if start >= 0:
-                            counts[(key, kind, start, start + size)] += 1
+        for key, ts in rows(batch):
+            if ts <= late_before:
+                continue  # dropped by Spark as late
+            for kind, (size, slide) in WINDOWS.items():
+                first = ts - ts % slide
+                for j in range(size // slide):
+                    start = first - j * slide
+                    if start >= 0:
+                        counts[(key, kind, start, start + size)] += 1
         late_before = watermarks[batch]
     final = watermarks[committed[-1]] if committed else 0
-    rows = [
+    rows_out = [
         (key, kind, start, end, n)
         for (key, kind, start, end), n in counts.items()
         if end + GRACE <= final
     ]
-    out = pd.DataFrame(rows, columns=["key", "kind", "window_start", "window_end", "count"])
+    out = pd.DataFrame(rows_out, columns=["key", "kind", "window_start", "window_end", "count"])
     return out.sort_values(["kind", "window_start", "key"]).reset_index(drop=True)
 
 

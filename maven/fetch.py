@@ -1,0 +1,157 @@
+"""Fetch the JVM jars the tests, examples and benchmarks run beside Spark, from Maven Central
+with `mvn`, into `maven/jars/<bundle>/` (git ignores it; a bundle fetched once is reused).
+
+Bundles:
+- `kafka-broker`: Apache Kafka's own broker (`org.apache.kafka:kafka_2.13`) and its runtime
+  dependencies, for a single-node KRaft broker on loopback (`tests/support/kafka_broker.py`).
+- `spark-kafka-<minor>`: Spark's Kafka connector for a pyspark minor
+  (`org.apache.spark:spark-sql-kafka-0-10_2.13`) with the runtime dependencies that pyspark's
+  own `jars/` lacks, as a user's `--packages` would add them (jars pyspark already ships,
+  such as zstd or slf4j, are left out so the classpath holds one copy of each).
+
+Maven Central as served here lacks the connector of some patch releases (and of 4.3 entirely,
+checked on 2026-11-28: 4.3.0's jar is missing); CONNECTORS names the version fetched for
+each minor, the newest patch of that minor whose jar and dependencies resolve, or None.
+
+    python maven/fetch.py kafka-broker spark-kafka-4.2     # fetch (no-op when present)
+    python maven/fetch.py --path spark-kafka-4.2            # print the bundle's folder
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+JARS = HERE / "jars"
+KAFKA_VERSION = "4.1.1"
+# pyspark minor -> the spark-sql-kafka-0-10_2.13 version fetched for it (None: not served)
+CONNECTORS: dict[str, str | None] = {"4.0": "4.0.0", "4.1": "4.1.1", "4.2": "4.2.0", "4.3": None}
+_DONE = ".complete"
+
+
+class NotServed(Exception):
+    """The bundle's artifact is not served by the Maven repository this machine reaches."""
+
+
+def artifacts(bundle: str) -> list[str]:
+    """The Maven coordinates (group:artifact:version) a bundle is made of."""
+    if bundle == "kafka-broker":
+        return [f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}"]
+    if bundle.startswith("spark-kafka-"):
+        minor = bundle.removeprefix("spark-kafka-")
+        if minor not in CONNECTORS:
+            raise ValueError(f"bundle {bundle!r}: pyspark minor {minor!r} is not one of {sorted(CONNECTORS)}")
+        version = CONNECTORS[minor]
+        if version is None:
+            raise NotServed(f"Maven Central as served here has no spark-sql-kafka-0-10_2.13 for pyspark {minor}")
+        return [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"]
+    raise ValueError(f"unknown bundle {bundle!r} (kafka-broker, spark-kafka-<minor>)")
+
+
+def bundle_dir(bundle: str) -> Path:
+    return JARS / bundle
+
+
+def fetched(bundle: str) -> list[Path] | None:
+    """The bundle's jars if it was fetched completely, else None."""
+    folder = bundle_dir(bundle)
+    if not (folder / _DONE).exists():
+        return None
+    return sorted(folder.glob("*.jar"))
+
+
+def _pom(coordinates: list[str]) -> str:
+    deps = "".join(
+        f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+        for g, a, v in (c.split(":") for c in coordinates)
+    )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>local.spark_statestore</groupId><artifactId>jar-fetch</artifactId><version>1</version>"
+        f"<dependencies>{deps}</dependencies></project>"
+    )
+
+
+def _artifact_name(jar: Path) -> str:
+    """`zstd-jni-1.5.7-7.jar` -> `zstd-jni`: the name without its version."""
+    parts = jar.stem.split("-")
+    for i, part in enumerate(parts):
+        if part[:1].isdigit():
+            return "-".join(parts[:i])
+    return jar.stem
+
+
+def _pyspark_artifacts() -> set[str]:
+    import pyspark
+
+    return {_artifact_name(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+
+
+def fetch(bundle: str, quiet: bool = True) -> list[Path]:
+    """Fetch `bundle` (its artifacts and their runtime dependencies) unless present."""
+    done = fetched(bundle)
+    if done is not None:
+        return done
+    coordinates = artifacts(bundle)
+    if shutil.which("mvn") is None:
+        raise RuntimeError(f"fetching {bundle} needs Maven (`mvn` on PATH): apt-get install maven")
+    folder = bundle_dir(bundle)
+    staging = Path(tempfile.mkdtemp(prefix=f".{bundle}-", dir=JARS.parent if JARS.exists() else None))
+    try:
+        (staging / "pom.xml").write_text(_pom(coordinates))
+        command = ["mvn", "-B", "-f", str(staging / "pom.xml"), "dependency:copy-dependencies",
+                   "-DincludeScope=runtime", f"-DoutputDirectory={staging / 'jars'}"]
+        if quiet:
+            command.insert(1, "-q")
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"mvn could not fetch {bundle} ({', '.join(coordinates)}):\n"
+                               + (result.stdout + result.stderr)[-3000:])
+        jars = sorted((staging / "jars").glob("*.jar"))
+        if bundle.startswith("spark-kafka-"):
+            ships = _pyspark_artifacts()
+            jars = [jar for jar in jars if _artifact_name(jar) not in ships]
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for jar in jars:
+            shutil.copy2(jar, folder / jar.name)
+        (folder / _DONE).write_text("\n".join(coordinates) + "\n")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return sorted(folder.glob("*.jar"))
+
+
+def connector_bundle(minor: str) -> str | None:
+    """The Kafka connector's bundle for a pyspark minor, or None where none is served."""
+    return f"spark-kafka-{minor}" if CONNECTORS.get(minor) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bundles", nargs="+")
+    parser.add_argument("--path", action="store_true", help="print each bundle's folder, fetching nothing")
+    args = parser.parse_args(argv)
+    JARS.mkdir(parents=True, exist_ok=True)
+    for bundle in args.bundles:
+        if args.path:
+            print(bundle_dir(bundle))
+            continue
+        try:
+            was = fetched(bundle)
+            jars = fetch(bundle)
+        except NotServed as error:
+            print(f"maven: {bundle}: {error} (skipped)", file=sys.stderr)
+            continue
+        if was is None:
+            print(f"maven: {bundle}: {len(jars)} jars in {os.path.relpath(bundle_dir(bundle))}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
