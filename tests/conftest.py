@@ -213,6 +213,24 @@ def spark(request):
 
 
 @pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """A Kafka broker on loopback (Apache Kafka's jars, KRaft), for the whole run; a test
+    that stops it starts it again. Skips where pyspark has no Kafka connector."""
+    if KAFKA_JARS is None:
+        pytest.skip(NO_KAFKA_REASON)
+    import local_kafka
+
+    broker = local_kafka.LocalKafka(tmp_path_factory.mktemp("kafka")).start()
+    yield broker
+    broker.kill()
+
+
+def topic_name(what: str) -> str:
+    """A topic of its own for a test."""
+    return f"{what}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
 def s3_endpoint():
     """An S3-compatible server (moto) on loopback, for the whole run."""
     from moto.server import ThreadedMotoServer

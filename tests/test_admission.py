@@ -64,11 +64,14 @@ class Burst:
             os.replace(staged, self.input / f"{self.files:04d}.parquet")
             self.files += 1
 
+    def source(self, session):
+        return session.readStream.schema("key string").parquet(str(self.input))
+
     def start(self, session, hold=None, **trigger):
         """The counting query, with `trigger` (default: the century interval); `hold`: a
         `shim_queries.gate` its input passes through first (before any state is touched)."""
         fn = partition_function(counts, self.checkpoint, STORES, partitions=2, emit_changes=False, spark=session)
-        frame = session.readStream.schema("key string").parquet(str(self.input))
+        frame = self.source(session)
         if hold is not None:
             frame = frame.mapInPandas(hold, "key string")
         return (
@@ -112,6 +115,37 @@ def peaks(checkpoint: str) -> dict[int, int]:
 def reference(session, burst: Burst) -> dict[str, int]:
     rows = session.read.parquet(str(burst.input)).groupBy("key").count().collect()
     return {r["key"]: r["count"] for r in rows}
+
+
+class KafkaBurst(Burst):
+    """The burst's rows as records of a Kafka topic of 3 partitions (a "file" is ROWS
+    records), read by Spark's Kafka source with the user's `maxOffsetsPerTrigger`."""
+
+    def __init__(self, root: Path, kafka, max_offsets: int) -> None:
+        from conftest import topic_name
+
+        self.kafka, self.max_offsets, self.topic = kafka, max_offsets, topic_name("burst")
+        self.output, self.checkpoint, self.files = root / "output", str(root / "checkpoint"), 0
+        kafka.create_topic(self.topic, 3)
+
+    def add(self, files: int) -> None:
+        for _ in range(files):
+            keys = [f"k{(self.files % 10) * ROWS + i:06d}" for i in range(ROWS)]
+            self.kafka.produce(self.topic, [(key, key, 0) for key in keys])
+            self.files += 1
+
+    def source(self, session):
+        from pyspark.sql import functions as F
+
+        return (session.readStream.format("kafka").option("kafka.bootstrap.servers", self.kafka.bootstrap)
+                .option("subscribe", self.topic).option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", self.max_offsets).load()
+                .select(F.col("value").cast("string").alias("key")))
+
+    def reference(self) -> dict[str, int]:
+        from collections import Counter
+
+        return dict(Counter(record.value.decode() for record in self.kafka.records(self.topic)))
 
 
 def result(session, burst: Burst) -> dict[str, int]:
@@ -222,6 +256,63 @@ def test_a_burst_is_cut_into_bounded_batches_over_spark_connect(tmp_path):
             drain_a_burst(session, tmp_path / "burst", wake_query)
         finally:
             session.stop()
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_kafka_burst_is_cut_into_bounded_batches_under_the_users_max_offsets(session, kafka, tmp_path):
+    """Spark's Kafka source (`ReadLimit.maxRows`): batch 0 reads one file's worth of records
+    and sets the first limit; a burst of 24 times that, produced at once, is cut into batches
+    of at most the limit set after the batch before, drained back to back by the governor's
+    wakes, each task's uncommitted peak within 1.25x the limit, the user's
+    `maxOffsetsPerTrigger` an upper bound of every batch; the counts are the topic's."""
+    from spark_statestore.spark.driver.jvm import wake
+
+    user_max = 8 * ROWS
+    burst = KafkaBurst(tmp_path, kafka, user_max)
+    burst.add(1)
+    query = burst.start(session)
+    wait_until(lambda: burst.facts(0) is not None, what="batch 0 and its file")
+    first = burst.facts(0).admission
+    assert len(first) == 1 and first[0].unit == "rows" and first[0].admitted == ROWS and first[0].limit >= 1
+    burst.add(24)
+    assert wake(session, str(query.id))
+    last = burst.drained(query, 25 * ROWS, "the Kafka burst drained by wakes alone")
+    every = [burst.facts(b) for b in range(last + 1)]
+    admitted = [f.admission[0].admitted for f in every[1:]]
+    assert sum(admitted) == 24 * ROWS and len(admitted) >= 4, summary(every)
+    assert max(admitted) <= user_max and min(f.admission[0].limit for f in every) < user_max, summary(every)
+    within_limits(every)
+    assert all(f.admission[0].cut_short for f in every[1:-1]), summary(every)
+    by_batch = peaks(burst.checkpoint)
+    assert max(by_batch[b] for b in range(1, last + 1)) <= 1.25 * LIMIT, by_batch
+    query.stop()
+    assert result(session, burst) == burst.reference()
+
+
+@pytest.mark.kafka
+@pytest.mark.spark
+def test_a_restart_in_the_middle_of_a_kafka_burst_loses_and_duplicates_nothing(session, kafka, tmp_path):
+    """Stopped while a Kafka burst drains (batch 3 held running), restarted from the same
+    checkpoint: every record counted once."""
+    from spark_statestore.spark.driver.jvm import wake
+
+    control = tmp_path / "control"
+    burst = KafkaBurst(tmp_path / "burst", kafka, 8 * ROWS)
+    burst.add(1)
+    with gated(session, control, {3}) as hold:
+        query = burst.start(session, hold)
+        wait_until(lambda: burst.facts(0) is not None, what="batch 0")
+        burst.add(30)
+        assert wake(session, str(query.id))
+        wait_until(lambda: (control / "running-3").exists(), what="two limited batches, and batch 3 held")
+        query.stop()
+        first_run = burst.processed(query)
+        assert first_run < 31 * ROWS
+        (control / "release-3").touch()
+        query = burst.start(session, hold)
+        wait_until(lambda: first_run + burst.processed(query) == 31 * ROWS, what="the rest, by the new run")
+    assert result(session, burst) == burst.reference()
 
 
 @pytest.mark.spark

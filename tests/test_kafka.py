@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import kafka_jobs
 import pandas as pd
@@ -31,7 +30,7 @@ import pytest
 import spark_batches
 import spark_jobs
 import windowed_reference
-from conftest import KAFKA_JARS, NO_KAFKA_REASON
+from conftest import KAFKA_JARS, NO_KAFKA_REASON, topic_name
 
 from spark_statestore.spark import StateStoreMetrics, compat, register_reader
 
@@ -39,15 +38,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.skipif(KAFKA_JARS is None, reason=NO_KAFKA_REASON)]
 kafka_windowed_counts = pytest.importorskip("kafka_windowed_counts")
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory):
-    from local_kafka import LocalKafka
-
-    broker = LocalKafka(tmp_path_factory.mktemp("kafka")).start()
-    yield broker
-    broker.kill()
 
 
 @pytest.fixture
@@ -58,10 +48,6 @@ def workdir(spark, tmp_path):
     yield tmp_path
     for key in ("spark.statestore.localDir", "spark.statestore.snapshotInterval"):
         spark.conf.unset(key)
-
-
-def topic_name(what: str) -> str:
-    return f"{what}-{uuid.uuid4().hex[:8]}"
 
 
 def wait_caught_up(query, checkpoint: str, kafka, topic: str, timeout: float = 600) -> None:

@@ -210,7 +210,11 @@ final class Admission {
         if (admitted <= 0) {
             return null; // nothing measured: the limit stays
         }
-        boolean cutShort = source.limit > 0 && admitted >= source.limit;
+        // cut short by our limit: it took the whole limit (Kafka's source splits a row limit over
+        // its partitions, rounding each share down: up to a row per partition less), or the
+        // source reported more available than it read
+        boolean cutShort = source.limit > 0
+                && (admitted >= source.limit - roundingSlack(stream, progress) || leftBehind(stream, progress));
         double perUnit = (double) top.uncommittedBytes() / admitted;
         long units = perUnit <= 0 ? Long.MAX_VALUE
                 : (long) Math.max(1, Math.floor(headroom * top.limit() / perUnit / sources.size()));
@@ -261,6 +265,9 @@ final class Admission {
         return change;
     }
 
+    /** A partition's entry in a Kafka source's offset JSON ({"topic":{"0":12,"1":40}}). */
+    private static final java.util.regex.Pattern KAFKA_PARTITION = java.util.regex.Pattern.compile("\"\\d+\"\\s*:");
+
     private static long admitted(SparkDataStream stream, String unit, StreamingQueryProgress progress)
             throws ReflectiveOperationException {
         for (SourceProgress source : progress.sources()) {
@@ -270,6 +277,30 @@ final class Admission {
             }
         }
         return 0;
+    }
+
+    /** Rows a Kafka source may take below a binding row limit: one per topic partition it read. */
+    private static long roundingSlack(SparkDataStream stream, StreamingQueryProgress progress) {
+        if (!stream.getClass().getSimpleName().startsWith("Kafka")) {
+            return 0;
+        }
+        for (SourceProgress source : progress.sources()) {
+            if (source.description().equals(stream.toString()) && source.endOffset() != null) {
+                return KAFKA_PARTITION.matcher(source.endOffset()).results().count();
+            }
+        }
+        return 0;
+    }
+
+    /** True when the batch ended before the newest offset the source reported available. */
+    private static boolean leftBehind(SparkDataStream stream, StreamingQueryProgress progress) {
+        for (SourceProgress source : progress.sources()) {
+            if (source.description().equals(stream.toString())) {
+                String latest = source.latestOffset();
+                return latest != null && !latest.equals("null") && !latest.equals(source.endOffset());
+            }
+        }
+        return false;
     }
 
     private void explainOnce(String what, String why) {
