@@ -164,8 +164,27 @@ def test_a_store_cannot_be_reopened_with_or_without_ttl(tmp_path):
     with pytest.raises(ValueError, match=r"store 't' .* was created as \{'kind': 'key_value'\}.*key_value_ttl"):
         Stores.persistent_key_value_store("t", tmp_path / "a", ttl=5)
     Stores.persistent_key_value_store("t", tmp_path / "b", ttl=5).close()
-    with pytest.raises(ValueError, match=r"was created as \{'kind': 'key_value_ttl'\}"):
+    with pytest.raises(ValueError, match=r"was created as \{'kind': 'key_value_ttl', 'ttl'"):
         Stores.persistent_key_value_store("t", tmp_path / "b")
+
+
+@pytest.mark.parametrize("ttl,clock", [(2000, "processing_time"), (1000, "event_time"), (2000, "event_time")])
+def test_a_store_cannot_be_reopened_with_another_ttl_or_clock(tmp_path, ttl, clock):
+    store = Stores.persistent_key_value_store("t", tmp_path / "db", ttl=1000)
+    store.advance_time(10)
+    store.put(b"k", b"v")  # expires at 1010 on the processing-time clock
+    store.commit()
+    store.close()
+    refused = r"store 't' in .* was created as \{'kind': 'key_value_ttl', 'ttl': \{.*\}\}; cannot open it as"
+    with pytest.raises(ValueError, match=refused) as error:
+        Stores.persistent_key_value_store("t", tmp_path / "db", ttl=ttl, ttl_clock=clock)
+    recorded, declared = str(error.value).split("; cannot open it as ")
+    assert "'duration': 1000" in recorded and "'clock': 'processing_time'" in recorded
+    assert f"'duration': {ttl}" in declared and f"'clock': '{clock}'" in declared
+    assert declared.endswith(": keep the declaration, or open another path")
+    store = Stores.persistent_key_value_store("t", tmp_path / "db", ttl=1000)  # as it was made
+    assert store.get(b"k") == b"v" and store.advance_time(1010) == 1 and store.get(b"k") is None
+    store.close()
 
 
 def test_a_kept_view_reads_on_its_own_clock(tmp_path):
