@@ -31,10 +31,11 @@ def _records(checkpoint: str, batch: int) -> dict:
     return {r["key"]: r["value"] for r in records(state, state.store("totals"), batch, [0])}
 
 
-def _check(checkpoint: str) -> None:
+def _check(checkpoint: str, ttl: bool = False) -> None:
     """Every committed version reads as the model, in the shape of its time."""
     for batch in range(wl.last_committed(checkpoint) + 1):
-        assert _records(checkpoint, batch) == {k: dataclasses.asdict(v) for k, v in wl.expected(batch).items()}, batch
+        want = {k: dataclasses.asdict(v) for k, v in wl.expected(batch, ttl).items()}
+        assert _records(checkpoint, batch) == want, batch
 
 
 def _dirs(tmp_path):
@@ -89,23 +90,27 @@ POINTS = [
 ]
 
 
+@pytest.mark.parametrize("ttl", [False, True], ids=["plain", "ttl"])
 @pytest.mark.parametrize("point,nth", POINTS)
-def test_a_kill_at_each_step_of_a_migration_is_resumed(tmp_path, point, nth):
+def test_a_kill_at_each_step_of_a_migration_is_resumed(tmp_path, point, nth, ttl):
+    """Also of a TTL store: each entry keeps its value and its expiry (`_check` reads every
+    version on its clock; an entry of batch 1 must be gone in batch 4)."""
     checkpoint, local = _dirs(tmp_path)
-    wl.run(checkpoint, local, "v1")
+    wl.run(checkpoint, local, "v1", ttl)
 
     def phase_v2(env=None):
         args = [sys.executable, WORKLOAD, checkpoint, local, "--phase", "v2", "--chunk", "7"]
+        args += ["--ttl"] * ttl
         return subprocess.run(args, check=False, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
 
     killed = phase_v2({"SPARK_STATESTORE_FAULT": f"{point}@{nth}"})
     assert killed.returncode == -signal.SIGKILL, f"{point} was not reached: {killed.stderr[-2000:]}"
     assert wl.last_committed(checkpoint) == 2
-    _check(checkpoint)
+    _check(checkpoint, ttl)
     done = phase_v2()
     assert done.returncode == 0, done.stderr[-2000:]
     assert wl.last_committed(checkpoint) == wl.LAST_BATCH
-    _check(checkpoint)
+    _check(checkpoint, ttl)
 
 
 def test_a_window_store_migrates_its_values_once_and_only_when_due():
@@ -120,3 +125,16 @@ def test_a_window_store_migrates_its_values_once_and_only_when_due():
     assert [v2.decode(v) for _, v in store.all()] == [wl.TotalV2(f"{s}:x", 1) for s in (0, 10, 20)]
     assert all(not v2.written_before_migration(v) for _, v in store.all())
     assert migration.migrate_if_due(store, v2, 3, 6) == 0  # nothing left from before it
+
+
+def test_a_migration_of_a_ttl_store_keeps_each_entrys_expiry(tmp_path, monkeypatch):
+    monkeypatch.setattr(migration, "CHUNK", 7)
+    checkpoint, local = _dirs(tmp_path)
+    wl.run(checkpoint, local, "v1", ttl=True)
+    live = {k for batch in (1, 2) for k in wl.batch_keys(batch)}  # batch 0's expired at batch 3's clock, 30
+    assert wl.run(checkpoint, local, "v2", ttl=True) == [len(live), 0]
+    _check(checkpoint, ttl=True)
+    # an entry last written in batch 1 (expiry 35) was migrated in batch 3 and is gone in batch 4
+    only_batch_1 = set(wl.batch_keys(1)) - set(wl.batch_keys(2)) - set(wl.batch_keys(3))
+    assert only_batch_1 and all(_records(checkpoint, 4)[k] == {"total": "+", "seen": 1} for k in only_batch_1)
+

@@ -144,6 +144,18 @@ class TtlKeyValueStore(KeyValueStore):
         for key, value in pairs:
             stored[key] = self._write(key, value, stored[key])
 
+    def replace_values(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        """Give stored entries new values and keep their expiries (a schema migration's
+        rewrite is not a write of the user's: it must not renew lifetimes); a key without
+        an entry is left alone, and None leaves its entry alone."""
+        if not self._open:
+            raise self._closed()
+        pairs = check_pairs(pairs)
+        inner = self.inner
+        for (key, value), stored in zip(pairs, inner.get_all([ENTRY + k for k, _ in pairs])):
+            if stored is not None and value is not None:
+                inner.put(ENTRY + key, stored[:8] + value)
+
     def delete(self, key: bytes) -> bytes | None:
         """Remove `key`; returns its value (None if it had none or had expired)."""
         previous = self.get(key)
