@@ -138,3 +138,22 @@ def test_a_migration_of_a_ttl_store_keeps_each_entrys_expiry(tmp_path, monkeypat
     only_batch_1 = set(wl.batch_keys(1)) - set(wl.batch_keys(2)) - set(wl.batch_keys(3))
     assert only_batch_1 and all(_records(checkpoint, 4)[k] == {"total": "+", "seen": 1} for k in only_batch_1)
 
+
+def test_taking_back_a_migration_that_has_not_run_is_refused_with_the_true_reason(tmp_path):
+    checkpoint, local = _dirs(tmp_path)
+    wl.run(checkpoint, local, "v1")
+    wl.driver(checkpoint, "v2")  # the migration is declared for batch 3; the query stops before it runs
+    with pytest.raises(SchemaEvolutionError) as refused:
+        wl.driver(checkpoint, "v1")
+    message = str(refused.value)
+    assert (
+        "schema version 2 (total string not null, seen int64 not null) is a migration declared to take "
+        "effect in batch 3, which has not run yet, so no value was written with it"
+    ) in message
+    assert "field 'total' changes type from string to int64" in message
+    assert "written with schema" not in message
+    _check(checkpoint)  # nothing changed
+    assert wl.run(checkpoint, local, "v2") == [len(wl.expected(2)), 0]  # declared again, it runs
+    _check(checkpoint)
+    with pytest.raises(SchemaEvolutionError, match="its values were written with schema version 2"):
+        wl.driver(checkpoint, "v1")  # now it has run: values were written with it

@@ -31,6 +31,8 @@ def evolved(serde: RecordSerde, recorded: Sequence[str], store: str, next_batch:
     problems = incompatibilities(newest, serde.schema)
     if not problems:
         return serde.with_history(history + [serde.schema])
+    if serde.migrate is None and newest.migrated_since is not None and next_batch() <= newest.migrated_since:
+        raise SchemaEvolutionError(_unrun_migration(store, len(history), newest, serde.schema, problems))
     if serde.migrate is None:
         raise SchemaEvolutionError(
             f"store {store!r}: its values were written with schema version {len(history)} "
@@ -43,6 +45,22 @@ def evolved(serde: RecordSerde, recorded: Sequence[str], store: str, next_batch:
         )
     migration = RecordSchema(serde.schema.fields, next_batch())
     return serde.with_history(history + [migration])
+
+
+def _unrun_migration(
+    store: str, version: int, newest: RecordSchema, declared: RecordSchema, problems: list[str]
+) -> str:
+    """Why a declared migration that has not run cannot be taken back (no value was
+    written with it yet, but its version is recorded with the state, in the query's
+    layout and in each partition's copies of it, which only ever gain versions)."""
+    return (
+        f"store {store!r}: schema version {version} ({_describe(newest)}) is a migration declared to take "
+        f"effect in batch {newest.migrated_since}, which has not run yet, so no value was written with it; "
+        f"but the version is recorded with the state and cannot be withdrawn, and the declared schema "
+        f"({_describe(declared)}) does not follow it: " + "; ".join(problems) + ". Declare the migration "
+        "again (its schema with migrate=fn) and change the schema once it ran, or start from a new "
+        "checkpoint location"
+    )
 
 
 def _describe(schema: RecordSchema) -> str:
