@@ -148,7 +148,7 @@ def test_taking_back_a_migration_that_has_not_run_is_refused_with_the_true_reaso
     message = str(refused.value)
     assert (
         "schema version 2 (total string not null, seen int64 not null) is a migration declared to take "
-        "effect in batch 3, which has not run yet, so no value was written with it"
+        "effect in batch 3, which has not committed, so no committed value was written with it"
     ) in message
     assert "field 'total' changes type from string to int64" in message
     assert "written with schema" not in message

@@ -50,16 +50,16 @@ def evolved(serde: RecordSerde, recorded: Sequence[str], store: str, next_batch:
 def _unrun_migration(
     store: str, version: int, newest: RecordSchema, declared: RecordSchema, problems: list[str]
 ) -> str:
-    """Why a declared migration that has not run cannot be taken back (no value was
-    written with it yet, but its version is recorded with the state, in the query's
-    layout and in each partition's copies of it, which only ever gain versions)."""
+    """Why a declared migration whose batch has not committed cannot be taken back: no
+    committed value was written with it, but its version is recorded with the state (the
+    query's layout and each partition's copies of it, which only ever gain versions)."""
     return (
         f"store {store!r}: schema version {version} ({_describe(newest)}) is a migration declared to take "
-        f"effect in batch {newest.migrated_since}, which has not run yet, so no value was written with it; "
-        f"but the version is recorded with the state and cannot be withdrawn, and the declared schema "
-        f"({_describe(declared)}) does not follow it: " + "; ".join(problems) + ". Declare the migration "
-        "again (its schema with migrate=fn) and change the schema once it ran, or start from a new "
-        "checkpoint location"
+        f"effect in batch {newest.migrated_since}, which has not committed, so no committed value was "
+        f"written with it; but the version is recorded with the state and cannot be withdrawn, and the "
+        f"declared schema ({_describe(declared)}) does not follow it: " + "; ".join(problems) + ". Declare "
+        "the migration again (its schema with migrate=fn) and change the schema once it ran, or start "
+        "from a new checkpoint location"
     )
 
 
