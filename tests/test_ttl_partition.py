@@ -73,7 +73,7 @@ def test_the_reader_and_the_change_feed_follow_the_reference(tmp_path):
     model = TtlReference(wl.TTL, wl.TTL_LIMIT)
     records = list(changes(location, 0, spec, 0, 11))
     for batch in range(12):
-        expired = set(model.advance(batch * 10))
+        expired = set(model.advance(wl.ttl_clock(batch) or -1))
         final = dict(wl.ttl_ops(SEED, batch))
         # expired entries still stored that the batch deletes itself are expiries too
         expired |= {k for k in model.stored if model.expiry(k) <= model.now and final.get(k, b"") is None}
