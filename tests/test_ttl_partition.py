@@ -225,3 +225,21 @@ def test_a_task_leaves_the_event_time_clock_unset_while_spark_has_no_watermark(t
         state.finish()
         _spark_commit(checkpoint, batch)
     assert got == [None, 1, 1, 1, None]  # written at the first watermark, 6002: expires at 21002
+
+
+def test_a_batch_time_past_the_largest_is_refused_before_any_clock_moves(tmp_path):
+    from spark_statestore.stores.spec import StoreSpec
+
+    specs = [StoreSpec.key_value("p", ttl=10), StoreSpec.key_value("e", ttl=10, ttl_clock="event_time")]
+    state = PartitionState(str(tmp_path / "ckpt"), 0, specs, WorkerResources(str(tmp_path / "local")))
+    state.open(0)
+    state.advance_clocks(0, 0)
+    state.store("p").put(b"k", b"v")
+    state.store("e").put(b"k", b"v")
+    with pytest.raises(ValueError, match=rf"event_time must be at most {2**63 - 1}, got {2**64}"):
+        state.advance_clocks(5, 2**64)
+    with pytest.raises(ValueError, match=rf"processing_time must be at most {2**63 - 1}, got {2**63}"):
+        state.advance_clocks(2**63, None)
+    assert (state.store("p").time, state.store("e").time) == (0, 0)  # neither moved
+    assert state.advance_clocks(1000, 1000) == 2 and state.store("p").get(b"k") is None
+    state.close()

@@ -283,7 +283,10 @@ def with_ttl(store: Any, ttl: TtlSpec | None) -> Any:
 
 def advance_clocks(stores: Iterable[Any], processing_time: int | None, event_time: int | None, limit: int) -> int:
     """`advance_time` of every TTL store among `stores` to the time of its clock (None: it
-    stays); returns how many expired entries were deleted."""
+    stays); returns how many expired entries were deleted. Both times are checked before
+    any clock moves."""
+    times = {"processing_time": processing_time, "event_time": event_time}
+    processing_time, event_time = (None if t is None else check_int(t, n, -1, MAX_TIME) for n, t in times.items())
     expired = 0
     for store in stores:
         if isinstance(store, TtlKeyValueStore):
