@@ -285,8 +285,10 @@ def advance_clocks(stores: Iterable[Any], processing_time: int | None, event_tim
     """`advance_time` of every TTL store among `stores` to the time of its clock (None: it
     stays); returns how many expired entries were deleted. Both times are checked before
     any clock moves."""
-    times = {"processing_time": processing_time, "event_time": event_time}
-    processing_time, event_time = (None if t is None else check_int(t, n, -1, MAX_TIME) for n, t in times.items())
+    if processing_time is not None:
+        processing_time = check_int(processing_time, "processing_time", -1, MAX_TIME)
+    if event_time is not None:
+        event_time = check_int(event_time, "event_time", -1, MAX_TIME)
     expired = 0
     for store in stores:
         if isinstance(store, TtlKeyValueStore):
