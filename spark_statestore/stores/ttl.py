@@ -166,10 +166,9 @@ class TtlKeyValueStore(KeyValueStore):
     # -- reads ----------------------------------------------------------------------------
 
     def _live(self, stored: bytes | None) -> bytes | None:
-        if stored is None:
+        if stored is None or (stored[:8] <= self._now_b and stored[:8] != self._live_pending):
             return None
-        expiry = stored[:8]
-        return stored[8:] if expiry > self._now_b or expiry == self._live_pending else None
+        return stored[8:]
 
     def get(self, key: bytes) -> bytes | None:
         if not self._open:
