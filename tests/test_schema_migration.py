@@ -157,3 +157,31 @@ def test_taking_back_a_migration_that_has_not_run_is_refused_with_the_true_reaso
     _check(checkpoint)
     with pytest.raises(SchemaEvolutionError, match="its values were written with schema version 2"):
         wl.driver(checkpoint, "v1")  # now it has run: values were written with it
+
+
+@dataclasses.dataclass
+class TotalV2b:  # TotalV2 and an optional field: a compatible change of it
+    total: str
+    seen: int = 0
+    note: str | None = None
+
+
+@dataclasses.dataclass
+class TotalV3:  # no compatible change of TotalV2
+    total: bytes
+
+
+def test_a_migration_that_has_not_run_is_followed_only_by_a_change_its_values_can_reach():
+    """Before the migration's batch committed, the values written before it reach a new
+    shape only through the declared migrate: another migration (which would need the
+    first one's) or a compatible change without migrate are refused on the driver (every
+    task failed reading the old values)."""
+    recorded = evolved(Serdes.record(wl.TotalV2, migrate=wl.migrate), Serdes.record(wl.TotalV1).history_json(),
+                       "totals", lambda: 3).history_json()
+    old = Serdes.record(wl.TotalV1).encode(wl.TotalV1(7, "x"))
+    for declared in (Serdes.record(TotalV3, migrate=lambda v: TotalV3(b"")), Serdes.record(TotalV2b)):
+        with pytest.raises(SchemaEvolutionError, match="migration declared to take effect in batch 3, which has not"):
+            evolved(declared, recorded, "totals", lambda: 3)
+        evolved(declared, recorded, "totals", lambda: 4)  # once batch 3 committed, as any change
+    compatible = Serdes.record(TotalV2b, migrate=lambda v: TotalV2b(f"{v['total']}:{v['label']}", 1))
+    assert evolved(compatible, recorded, "totals", lambda: 3).decode(old) == TotalV2b("7:x", 1)
