@@ -17,9 +17,11 @@ import pytest
 
 from spark_statestore import Serdes, Stores
 from spark_statestore.faults import injected
+from spark_statestore.partition import PartitionState, WorkerResources
 from spark_statestore.partition.reading import StateLocation
 from spark_statestore.serde.evolution import SchemaEvolutionError, evolved
 from spark_statestore.stores import migration
+from spark_statestore.stores.ttl import ENTRY, time_of
 from spark_statestore.tools.export import records
 
 WORKLOAD = str(Path(__file__).with_name("migration_workload.py"))
@@ -132,7 +134,15 @@ def test_a_migration_of_a_ttl_store_keeps_each_entrys_expiry(tmp_path, monkeypat
     checkpoint, local = _dirs(tmp_path)
     wl.run(checkpoint, local, "v1", ttl=True)
     live = {k for batch in (1, 2) for k in wl.batch_keys(batch)}  # batch 0's expired at batch 3's clock, 30
-    assert wl.run(checkpoint, local, "v2", ttl=True) == [len(live), 0]
+    declared = wl.driver(checkpoint, "v2", ttl=True)
+    assert wl.run_batch(checkpoint, local, declared, 3) == len(live)
+    state = PartitionState(checkpoint, 0, [declared.spec()], WorkerResources(local))
+    state.open(4)  # version 3: every entry's expiry is that of its last write (10 ms per batch + 25)
+    stored = {k[1:]: time_of(v) for k, v in state.store("totals").inner.all() if k[:1] == ENTRY}
+    state.close()
+    last = {Serdes.string().encode(k): b for b in range(4) for k in wl.batch_keys(b)}
+    assert stored == {k: b * 10 + wl.TTL for k, b in last.items() if b > 0}
+    assert wl.run(checkpoint, local, "v2", ttl=True) == [0]
     _check(checkpoint, ttl=True)
     # an entry last written in batch 1 (expiry 35) was migrated in batch 3 and is gone in batch 4
     only_batch_1 = set(wl.batch_keys(1)) - set(wl.batch_keys(2)) - set(wl.batch_keys(3))
