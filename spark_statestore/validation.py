@@ -282,14 +282,16 @@ def check_path(path: Any, name: str = "path") -> str:
     return path
 
 
-def check_int(value: Any, name: str, minimum: int | None = None) -> int:
-    """An int parameter (not bool), optionally with a lower limit."""
+def check_int(value: Any, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An int parameter (not bool), optionally with a lower and an upper limit."""
     if type(value) is not int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int, got {describe(value)}")
         value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
     return value
 
 

@@ -11,8 +11,10 @@ commit. `expected(seed, n)` rebuilds the state after batches 0..n with in-memory
 
 With `--keep-open N` the batches run through one `OpenCopies` (the partition stays open
 between batches); `--then-wait` then prints `waiting` and sleeps with it kept open.
-With `--ttl` the partition also has a TTL store "ttl" whose clock is 10 ms per batch and
-that deletes at most `TTL_LIMIT` expired entries per batch (its model: `TtlReference`).
+With `--ttl` the partition also has a TTL store "ttl" whose clock is 10 ms per batch from
+batch 2 on (it does not move before: those batches' entries are written at its first
+time, 20) and that deletes at most `TTL_LIMIT` expired entries per batch (its model:
+`TtlReference`).
 """
 
 from __future__ import annotations
@@ -47,11 +49,16 @@ def ttl_ops(seed: int, batch: int) -> list[tuple[bytes, bytes | None]]:
     ]
 
 
+def ttl_clock(batch: int) -> int | None:
+    """The TTL store's clock in `batch` (None: it does not move)."""
+    return batch * 10 if batch >= 2 else None
+
+
 def ttl_expected(seed: int, last_batch: int) -> tuple:
     """The TTL store's live entries and stored keys after batches 0..last_batch."""
     model = TtlReference(TTL, TTL_LIMIT)
     for batch in range(last_batch + 1):
-        model.advance(batch * 10)
+        model.advance(ttl_clock(batch) or -1)
         for key, value in ttl_ops(seed, batch):
             model.put(key, value)
     return model.items(), sorted(model.stored)
@@ -132,7 +139,7 @@ def run_batch(state: PartitionState, seed: int, batch: int, checkpoint: str) -> 
     state.open(batch)
     try:
         if "ttl" in state.stores:
-            state.advance_clocks(batch * 10, None)
+            state.advance_clocks(ttl_clock(batch), None)
             state.store("ttl").put_all(ttl_ops(seed, batch))
         apply_ops(batch_ops(seed, batch), state.store("kv"), state.store("win"))
         state.prepare()

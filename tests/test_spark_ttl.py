@@ -51,7 +51,9 @@ def _run(out, job, checkpoint):
 
 def _expected(checkpoint):
     """(batch, key) -> (seen, recent) by the reference: an entry written in batch M is
-    visible in batch N while clock(M) + ttl > clock(N)."""
+    visible in batch N while clock(M) + ttl > clock(N), where an entry written before the
+    clock first moved (the event-time clock: while the watermark is Spark's 0, none yet)
+    is written at the clock's first time."""
     committed, _, files = batches(checkpoint)
     clocks = {}
     for batch in committed:
@@ -59,21 +61,30 @@ def _expected(checkpoint):
             meta = json.loads(f.read().splitlines()[1])
         clocks[batch] = {"seen": meta["batchWatermarkMs"], "recent": meta["batchTimestampMs"]}
     ttls = {"seen": jobs.EVENT_TTL, "recent": jobs.PROCESSING_TTL}
-    stored: dict = {"seen": {}, "recent": {}}  # key -> (expiry, count)
+    stored: dict = {"seen": {}, "recent": {}}  # key -> (expiry or None: pending, count)
+    first: dict = {}  # clock -> its first time
+
+    def expiry_of(name, expiry):
+        return expiry if expiry is not None else first.get(name, float("inf")) + ttls[name]
+
     out, expiries = {}, 0
     for batch in committed:
         rows = pd.concat([pd.read_json(p, lines=True) for p in files.get(batch, [])] or [pd.DataFrame({"key": []})])
+        for name in ("seen", "recent"):
+            if clocks[batch][name] > 0:
+                first.setdefault(name, clocks[batch][name])
         for key, added in rows["key"].value_counts().items():
             counts = []
             for name in ("seen", "recent"):
                 now = clocks[batch][name]
-                expiry, count = stored[name].get(key, (now + 1, 0))
-                if expiry <= now:
+                expiry, count = stored[name].get(key, (None, 0))
+                if count and expiry_of(name, expiry) <= now:
                     count, expiries = 0, expiries + (name == "seen")
-                stored[name][key] = (now + ttls[name], count + added)
+                stored[name][key] = (now + ttls[name] if name in first else None, count + added)
                 counts.append(count + added)
             out[(batch, key)] = tuple(counts)
-    live = {k: c for k, (e, c) in stored["seen"].items() if e > clocks[committed[-1]]["seen"]}
+    final = clocks[committed[-1]]["seen"]
+    live = {k: c for k, (e, c) in stored["seen"].items() if expiry_of("seen", e) > final}
     return out, expiries, clocks, live
 
 

@@ -77,7 +77,8 @@ def test_a_ttl_is_recorded_only_when_set_and_reads_back():
         '{"key_serde": "bytes", "kind": "key_value", "ttl": {"clock": "event_time", "duration": 60000}, '
         '"value_serde": "bytes"}'
     )
-    assert ttl.store_record() == {"kind": "key_value_ttl"}  # neither layout opens the other
+    # neither layout opens the other, nor does another duration or clock
+    assert ttl.store_record() == {"kind": "key_value_ttl", "ttl": {"clock": "event_time", "duration": 60000}}
     assert StoreSpec.from_dict("t", json.loads(json.dumps(ttl.as_dict()))) == ttl
     assert StoreSpec.from_dict("kv", {"kind": "key_value"}).ttl is None  # older records: no ttl
     with pytest.raises(ValueError, match=r"store 'w' of kind 'window' has a ttl"):

@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from spark_statestore import Serdes, Stores, ThreadCache
 from spark_statestore.stores.spec import StoreSpec
-from spark_statestore.stores.ttl import ENTRY, INDEX, TtlKeyValueStore
+from spark_statestore.stores.ttl import CLOCK_KEY, ENTRY, INDEX, PENDING_KEY, TtlKeyValueStore, time_bytes
 from ttl_reference import TtlReference
 
 FEW_KEYS = [b"", b"a", b"a\x00", b"ab", b"b", b"\xff", b"\xff\xff"]
@@ -164,16 +164,58 @@ def test_a_store_cannot_be_reopened_with_or_without_ttl(tmp_path):
     with pytest.raises(ValueError, match=r"store 't' .* was created as \{'kind': 'key_value'\}.*key_value_ttl"):
         Stores.persistent_key_value_store("t", tmp_path / "a", ttl=5)
     Stores.persistent_key_value_store("t", tmp_path / "b", ttl=5).close()
-    with pytest.raises(ValueError, match=r"was created as \{'kind': 'key_value_ttl'\}"):
+    with pytest.raises(ValueError, match=r"was created as \{'kind': 'key_value_ttl', 'ttl'"):
         Stores.persistent_key_value_store("t", tmp_path / "b")
+
+
+@pytest.mark.parametrize("ttl,clock", [(2000, "processing_time"), (1000, "event_time"), (2000, "event_time")])
+def test_a_store_cannot_be_reopened_with_another_ttl_or_clock(tmp_path, ttl, clock):
+    store = Stores.persistent_key_value_store("t", tmp_path / "db", ttl=1000)
+    store.advance_time(10)
+    store.put(b"k", b"v")  # expires at 1010 on the processing-time clock
+    store.commit()
+    store.close()
+    refused = r"store 't' in .* was created as \{'kind': 'key_value_ttl', 'ttl': \{.*\}\}; cannot open it as"
+    with pytest.raises(ValueError, match=refused) as error:
+        Stores.persistent_key_value_store("t", tmp_path / "db", ttl=ttl, ttl_clock=clock)
+    recorded, declared = str(error.value).split("; cannot open it as ")
+    assert "'duration': 1000" in recorded and "'clock': 'processing_time'" in recorded
+    assert f"'duration': {ttl}" in declared and f"'clock': '{clock}'" in declared
+    assert declared.endswith(": keep the declaration, or open another path")
+    store = Stores.persistent_key_value_store("t", tmp_path / "db", ttl=1000)  # as it was made
+    assert store.get(b"k") == b"v" and store.advance_time(1010) == 1 and store.get(b"k") is None
+    store.close()
+
+
+def test_an_entry_written_before_the_clock_moves_lives_ttl_from_its_first_time(tmp_path):
+    """An event-time store in Spark's first batch (no watermark yet: the clock stays unset)."""
+    hour, first = 3_600_000, 1_700_000_000_000
+    store = Stores.persistent_key_value_store("t", tmp_path / "db", ttl=hour, ttl_clock="event_time")
+    store.put(b"early", b"1")  # the clock has no time yet
+    store.commit()
+    store.close()
+    store = Stores.persistent_key_value_store("t", tmp_path / "db", ttl=hour, ttl_clock="event_time")
+    assert store.advance_time(first) == 0  # the clock's first time: the early entry is written at it
+    store.put(b"later", b"2")
+    assert store.get_all([b"early", b"later"]) == [b"1", b"2"]
+    store.commit()
+    committed = store.read_only("READ_COMMITTED")
+    assert store.advance_time(first + hour - 1) == 0
+    assert list(store.all()) == [(b"early", b"1"), (b"later", b"2")] and committed.get(b"early") == b"1"
+    assert store.advance_time(first + hour, limit=1) == 1  # oldest first: the early entry
+    assert list(store.all()) == [] and store.get(b"early") is None
+    stored = [k for k, _ in store.inner.all()]
+    assert stored == [ENTRY + b"later", INDEX + time_bytes(first + hour) + b"later", CLOCK_KEY, PENDING_KEY]
+    store.close()
 
 
 def test_a_kept_view_reads_on_its_own_clock(tmp_path):
     store = Stores.persistent_key_value_store("t", tmp_path / "db", ttl=10)
-    store.put(b"k", b"v")  # expires at 9
+    store.advance_time(0)
+    store.put(b"k", b"v")  # expires at 10
     store.commit()
     committed = store.read_only("READ_COMMITTED")
-    store.advance_time(9, limit=0)  # the clock moves in the transaction; nothing deleted yet
+    store.advance_time(10, limit=0)  # the clock moves in the transaction; nothing deleted yet
     assert store.get(b"k") is None and committed.get(b"k") == b"v"
     assert isinstance(committed, TtlKeyValueStore)
     store.close()
@@ -191,3 +233,22 @@ def test_the_store_demo_keeps_the_sensors_seen_lately(tmp_path):
     line = next(line for line in out.splitlines() if line.startswith("sensors seen in the last second"))
     seen = eval(line.split(": ", 1)[1])  # noqa: S307 - the demo's own dict of sensor -> event time
     assert seen and set(seen) <= {f"sensor-{i}" for i in range(1, 6)}
+
+
+@pytest.mark.parametrize("kind", ["memory", "rocksdb"])
+def test_a_clock_past_the_largest_time_is_refused_and_the_store_still_works(tmp_path, kind):
+    store = (
+        Stores.in_memory_key_value_store("t", ttl=10)
+        if kind == "memory"
+        else Stores.persistent_key_value_store("t", tmp_path / "db", ttl=10)
+    )
+    store.advance_time(0)
+    store.put(b"k", b"v")  # expires at 10
+    for bad in (2**63, 2**64 + 5):
+        with pytest.raises(ValueError, match=rf"now must be at most {2**63 - 1}, got {bad}"):
+            store.advance_time(bad)
+        assert store.time == 0 and store.get(b"k") == b"v"
+    assert store.advance_time(1000) == 1 and store.get(b"k") is None and store.time == 1000
+    store.put(b"k", b"w")
+    assert store.advance_time(2**63 - 1) == 1 and store.time == 2**63 - 1 and list(store.all()) == []
+    store.close()

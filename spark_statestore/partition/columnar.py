@@ -27,7 +27,9 @@ from spark_statestore.serde import unescape
 from spark_statestore.stores.rocksdb_scan import scan_chunks
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.stores.persistent_window import STREAM_TIME_KEY
-from spark_statestore.stores.ttl import CLOCK_KEY, ENTRY, INDEX, decode_changes, time_bytes
+from spark_statestore.stores.ttl import (
+    CLOCK_KEY, ENTRY, INDEX, PENDING, PENDING_KEY, decode_changes, live_pending, time_bytes,
+)
 from spark_statestore.stores.window_layout import ws_bytes
 from spark_statestore.validation import MAX_TIME
 
@@ -99,7 +101,10 @@ def store_columns(
         return  # no key is in the range
     if spec.ttl is not None:
         clock = overlay.latest(CLOCK_KEY, store.get(CLOCK_KEY))
-        yield from _ttl_columns(cf, overlay, clock, chunk, ENTRY + (lo or b""), INDEX if hi is None else ENTRY + hi)
+        pending = overlay.latest(PENDING_KEY, store.get(PENDING_KEY))
+        yield from _ttl_columns(
+            cf, overlay, (clock, pending), chunk, ENTRY + (lo or b""), INDEX if hi is None else ENTRY + hi
+        )
         return
     if window is None:
         for stored, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
@@ -113,14 +118,21 @@ def store_columns(
 
 
 def _ttl_columns(
-    cf: Any, overlay: "Overlay", clock: bytes | None, chunk: int, lo: bytes, hi: bytes
+    cf: Any, overlay: "Overlay", times: tuple[bytes | None, bytes | None], chunk: int, lo: bytes, hi: bytes
 ) -> Iterator[StoreColumns]:
-    """A TTL store's live entries between its stored keys `lo` and `hi` (`clock`: its stored
-    clock, None: never moved), as `TtlKeyValueStore` reads them: an entry is live while its
-    expiry bytes sort above the clock's."""
-    now = pa.scalar(time_bytes(-1) if clock is None else clock[:8], pa.binary())
+    """A TTL store's live entries between its stored keys `lo` and `hi` (`times`: its stored
+    clock and pending expiry, None: not recorded), as `TtlKeyValueStore` reads them: an
+    entry is live while its expiry bytes sort above the clock's, or are `PENDING` while
+    pending entries are live."""
+    clock, pending = times
+    now_b = time_bytes(-1) if clock is None else clock[:8]
+    now = pa.scalar(now_b, pa.binary())
+    pending_live = live_pending(pending, now_b)
     for keys, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
-        live = pc.greater(pc.binary_slice(values, 0, 8), now)
+        expiries = pc.binary_slice(values, 0, 8)
+        live = pc.greater(expiries, now)
+        if pending_live:
+            live = pc.or_(live, pc.equal(expiries, pa.scalar(PENDING, pa.binary())))
         if not pc.all(live).as_py():
             keys, values = keys.filter(live), values.filter(live)
         if len(keys):

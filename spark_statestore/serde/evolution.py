@@ -29,6 +29,8 @@ def evolved(serde: RecordSerde, recorded: Sequence[str], store: str, next_batch:
     if newest.shape() == serde.schema.shape():
         return serde.with_history(history)
     problems = incompatibilities(newest, serde.schema)
+    if (problems or serde.migrate is None) and _not_committed(newest, next_batch):
+        raise SchemaEvolutionError(_unrun_migration(store, len(history), newest, serde.schema, problems))
     if not problems:
         return serde.with_history(history + [serde.schema])
     if serde.migrate is None:
@@ -43,6 +45,35 @@ def evolved(serde: RecordSerde, recorded: Sequence[str], store: str, next_batch:
         )
     migration = RecordSchema(serde.schema.fields, next_batch())
     return serde.with_history(history + [migration])
+
+
+def _not_committed(newest: RecordSchema, next_batch: Callable[[], int]) -> bool:
+    """Whether `newest` is a migration whose batch has not committed yet."""
+    return newest.migrated_since is not None and next_batch() <= newest.migrated_since
+
+
+def _unrun_migration(
+    store: str, version: int, newest: RecordSchema, declared: RecordSchema, problems: list[str]
+) -> str:
+    """Why a declared migration whose batch has not committed cannot be taken back, nor
+    followed by another change the values written before it could not reach: no committed
+    value was written with it, but its version is recorded with the state (the query's
+    layout and each partition's copies of it, which only ever gain versions), and `migrate`
+    is the only way from before it."""
+    if problems:
+        why = f"the declared schema ({_describe(declared)}) does not follow it: " + "; ".join(problems)
+    else:
+        why = (
+            f"the declared schema ({_describe(declared)}) changes it without migrate=fn, the only way the "
+            f"values written before the migration could reach it"
+        )
+    return (
+        f"store {store!r}: schema version {version} ({_describe(newest)}) is a migration declared to take "
+        f"effect in batch {newest.migrated_since}, which has not committed, so no committed value was "
+        f"written with it; but the version is recorded with the state and cannot be withdrawn, and {why}. "
+        "Declare the migration again (its schema with migrate=fn) and change the schema once it ran, or "
+        "start from a new checkpoint location"
+    )
 
 
 def _describe(schema: RecordSchema) -> str:

@@ -4,10 +4,11 @@ The driver records a migration as a schema version that takes effect in a batch
 (`RecordSchema.migrated_since`, see `serde/evolution.py`). The first time a partition is
 opened at or after that batch on state from before it, `migrate_if_due` rewrites every
 value written before the migration through the serde (which runs the declared `migrate`
-function), in chunks, as ordinary writes of that batch: they reach the durable state in
-that batch's changelog, atomically with it, and a failed or killed attempt leaves the
-state as it was for the retry to do again. Versions before the batch keep the old values
-(time travel reads them in the old shape); from it on, every value has the new one.
+function), in chunks, as ordinary writes of that batch (an entry of a TTL store keeps its
+expiry): they reach the durable state in that batch's changelog, atomically with it, and
+a failed or killed attempt leaves the state as it was for the retry to do again.
+Versions before the batch keep the old values (time travel reads them in the old
+shape); from it on, every value has the new one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from spark_statestore.faults import fault_point
 from spark_statestore.serde.records import RecordSerde, _last_migration
+from spark_statestore.stores.ttl import TtlKeyValueStore
 from spark_statestore.stores.window_api import WindowStore
 
 CHUNK = 4096
@@ -62,7 +64,11 @@ def _migrate_key_values(store: Any, serde: RecordSerde) -> int:
             return done
         stale = [(k, v) for k, v in chunk if serde.written_before_migration(v)]
         new = serde.encode_many(serde.decode_many([v for _, v in stale]))
-        store.put_all(list(zip((k for k, _ in stale), new)))
+        rewritten = list(zip((k for k, _ in stale), new))
+        if isinstance(store, TtlKeyValueStore):
+            store.replace_values(rewritten)  # each entry keeps its expiry
+        else:
+            store.put_all(rewritten)
         done += len(stale)
         fault_point("migration:after-chunk")
         start = chunk[-1][0]

@@ -176,7 +176,8 @@ class RocksDatabase:
         differs = any(existing.get(field, value) != value for field, value in record.items())
         if differs or existing.keys() - record.keys():
             raise ValueError(
-                f"store {name!r} in {self.path} was created as {existing}; cannot open it as {record}"
+                f"store {name!r} in {self.path} was created as {existing}; cannot open it as {record}: "
+                f"keep the declaration, or open another path"
             )
         if existing != record:
             meta.put(key, json.dumps(record, sort_keys=True).encode("utf-8"))

@@ -252,8 +252,11 @@ class StoreSpec:
         mean to the store code (the serdes are the layout's to check)."""
         window = self.window_spec
         if window is None:
-            # entries of a TTL store carry their expiry: another kind, so neither opens the other
-            return {"kind": self.kind if self.ttl is None else KEY_VALUE_TTL}
+            if self.ttl is None:
+                return {"kind": self.kind}
+            # entries of a TTL store carry their expiry: another kind, so neither opens the
+            # other; another duration or clock is another declaration, as in a layout
+            return {"kind": KEY_VALUE_TTL, "ttl": self.ttl.as_dict()}
         return {
             "kind": self.kind,
             "retain_duplicates": window.retain_duplicates,

@@ -7,6 +7,7 @@ and restore treat its entries as any others:
 * an entry:       ``0x00 | key``                 -> ``expiry (8 bytes) | value``
 * its expiry:     ``0x01 | expiry (8 bytes) | key`` -> ``0x01`` (the expiry index)
 * the clock:      ``0xff 0x01 clock``             -> ``time (8 bytes)``
+* pending expiry: ``0xff 0x01 pending``           -> ``time (8 bytes)``
 
 Times are 8 big-endian bytes of `time + 2**63`, so byte order is time order. An entry is
 expired once its expiry is at or below the clock: reads skip it at once. `advance_time`
@@ -16,12 +17,20 @@ read of them: each write replaces the entry's index entry in the same transactio
 the index holds exactly one entry per entry, with the entry's expiry). The
 clock is written whenever expired entries are deleted, so a change set that deletes an
 entry and its index entry at or below the clock it holds is an expiry (`decode_changes`).
+
+The clock has no time before it first moves (-1; in Spark, an event-time store's clock
+does not move while the query has no watermark: Spark's 0). An entry written then is
+written at the clock's first time: its expiry is `PENDING` (8 zero bytes, below every
+real expiry, so pending entries lead the index) until the first move records their
+expiry, first time + ttl, under the pending key (written again with each deletion of
+pending entries, for `decode_changes`). Renewing their expiries at the first move instead
+would rewrite a whole batch's entries in one batch and report them as changed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, cast
 
 from spark_statestore.cache.change import Change
 from spark_statestore.stores.api import KeyValueStore
@@ -31,6 +40,8 @@ from spark_statestore.validation import MAX_TIME, check_int, check_key, check_pa
 ENTRY = b"\x00"
 INDEX = b"\x01"
 CLOCK_KEY = b"\xff\x01clock"
+PENDING_KEY = b"\xff\x01pending"
+PENDING = bytes(8)  # the expiry of an entry written before the clock first moved
 _MARK = b"\x01"
 _BIAS = 1 << 63
 DEFAULT_EXPIRY_LIMIT = 10_000  # expired entries deleted per `advance_time` (per batch, in Spark)
@@ -42,6 +53,15 @@ def time_bytes(ms: int) -> bytes:
 
 def time_of(raw: bytes) -> int:
     return int.from_bytes(raw[:8], "big") - _BIAS
+
+
+_REAL = time_bytes(0)  # every expiry but PENDING is at least this (clock >= -1, ttl >= 1)
+
+
+def live_pending(pending: bytes | None, now: bytes) -> bool:
+    """Whether entries written before the clock first moved are live at clock `now`
+    (`pending`: their recorded expiry, None while the clock has not moved)."""
+    return pending is None or pending > now
 
 
 @dataclass
@@ -64,12 +84,18 @@ class TtlKeyValueStore(KeyValueStore):
 
     def _load_clock(self) -> None:
         raw = self.inner.get(CLOCK_KEY)
+        self._pending = self.inner.get(PENDING_KEY)
         self._set_clock(-1 if raw is None else time_of(raw))
+
+    def _expiry(self, now: int) -> bytes:
+        return time_bytes(min(now + self.ttl.duration, MAX_TIME))
 
     def _set_clock(self, now: int) -> None:
         self._now = now
         self._now_b = time_bytes(now)
-        self._expiry_b = time_bytes(min(now + self.ttl.duration, MAX_TIME))
+        self._expiry_b = PENDING if now == -1 else self._expiry(now)
+        # the expiry bytes that are live although not above the clock (None: no such bytes)
+        self._live_pending = PENDING if live_pending(self._pending, self._now_b) else None
 
     @property
     def persistent(self) -> bool:  # type: ignore[override]
@@ -118,6 +144,18 @@ class TtlKeyValueStore(KeyValueStore):
         for key, value in pairs:
             stored[key] = self._write(key, value, stored[key])
 
+    def replace_values(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        """Give stored entries new values and keep their expiries (a schema migration's
+        rewrite is not a write of the user's: it must not renew lifetimes); a key without
+        an entry is left alone, and None leaves its entry alone."""
+        if not self._open:
+            raise self._closed()
+        pairs = check_pairs(pairs)
+        inner = self.inner
+        for (key, value), stored in zip(pairs, inner.get_all([ENTRY + k for k, _ in pairs])):
+            if stored is not None and value is not None:
+                inner.put(ENTRY + key, stored[:8] + value)
+
     def delete(self, key: bytes) -> bytes | None:
         """Remove `key`; returns its value (None if it had none or had expired)."""
         previous = self.get(key)
@@ -128,7 +166,9 @@ class TtlKeyValueStore(KeyValueStore):
     # -- reads ----------------------------------------------------------------------------
 
     def _live(self, stored: bytes | None) -> bytes | None:
-        return None if stored is None or stored[:8] <= self._now_b else stored[8:]
+        if stored is None or (stored[:8] <= self._now_b and stored[:8] != self._live_pending):
+            return None
+        return stored[8:]
 
     def get(self, key: bytes) -> bytes | None:
         if not self._open:
@@ -142,9 +182,10 @@ class TtlKeyValueStore(KeyValueStore):
         return [live(v) for v in self.inner.get_all([ENTRY + check_key(k) for k in keys])]
 
     def _entries(self, source: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        now, pending = self._now_b, self._live_pending
         with source:
             for key, stored in source:
-                if key[:1] == ENTRY and stored[:8] > self._now_b:
+                if key[:1] == ENTRY and (stored[:8] > now or stored[:8] == pending):
                     yield key[1:], stored[8:]
 
     def _read_range(
@@ -169,25 +210,41 @@ class TtlKeyValueStore(KeyValueStore):
         entries, the oldest expiries first; returns how many were deleted."""
         if not self._open:
             raise self._closed()
-        now = check_int(now, "now", -1)
+        now = check_int(now, "now", -1, MAX_TIME)
         limit = check_int(limit, "limit", 0)
-        moved = now > self._now
+        inner = self.inner
+        moved, first = now > self._now, self._now == -1 < now
+        if first:  # entries written before the first move are written at `now`
+            self._pending = self._expiry(now)
         if moved:
             self._set_clock(now)
-        inner = self.inner
-        due = []
-        with inner.range(INDEX, None) as index:
-            for key, _ in index:
-                if len(due) >= limit or key[:1] != INDEX or key[1:9] > self._now_b:
-                    break
-                due.append(key)
+        due: list[bytes] = []
+        if self._live_pending is None:  # pending entries are expired: they lead the index
+            self._collect_due(INDEX + PENDING, PENDING, limit, due)
+        pending_due = len(due)
+        self._collect_due(INDEX + _REAL, self._now_b, limit, due)
         for index_key in due:  # an index entry's entry has its expiry (every write replaces both)
             inner.put(ENTRY + index_key[9:], None)
             inner.put(index_key, None)
         if moved or due:
             inner.put(CLOCK_KEY, self._now_b)
+        if first or pending_due:
+            inner.put(PENDING_KEY, cast(bytes, self._pending))
         self.metrics.expired += len(due)
         return len(due)
+
+    def _collect_due(self, start: bytes, last: bytes, limit: int, due: list[bytes]) -> None:
+        """Add to `due` the index keys from `start` on whose expiry is at or below `last`,
+        until `due` holds `limit`."""
+        if len(due) >= limit:
+            return
+        with self.inner.range(start, None) as index:
+            for key, _ in index:
+                if key[:1] != INDEX or key[1:9] > last:
+                    return
+                due.append(key)
+                if len(due) >= limit:
+                    return
 
     # -- what passes to the store below -----------------------------------------------------
 
@@ -225,7 +282,12 @@ def with_ttl(store: Any, ttl: TtlSpec | None) -> Any:
 
 def advance_clocks(stores: Iterable[Any], processing_time: int | None, event_time: int | None, limit: int) -> int:
     """`advance_time` of every TTL store among `stores` to the time of its clock (None: it
-    stays); returns how many expired entries were deleted."""
+    stays); returns how many expired entries were deleted. Both times are checked before
+    any clock moves."""
+    if processing_time is not None:
+        processing_time = check_int(processing_time, "processing_time", -1, MAX_TIME)
+    if event_time is not None:
+        event_time = check_int(event_time, "event_time", -1, MAX_TIME)
     expired = 0
     for store in stores:
         if isinstance(store, TtlKeyValueStore):
@@ -249,16 +311,21 @@ def user_changes(changes: list[Change]) -> list[Change]:
 def decode_changes(entries: Any) -> Iterator[tuple[str, bytes, bytes | None]]:
     """`(change, key, value)` of a TTL store's change set, given `entries()`: a callable
     that iterates the set's `(stored key, value or None)` (twice). A deleted entry whose
-    index entry was deleted at or below the change set's clock is an `expire`."""
-    clock = None
+    index entry was deleted at or below the change set's clock is an `expire` (a pending
+    one: when the set holds the pending expiry, at or below its clock)."""
+    clock = pending = None
     expired_keys = set()
     for key, value in entries():
         if key == CLOCK_KEY and value is not None:
             clock = value
+        elif key == PENDING_KEY and value is not None:
+            pending = value
     if clock is not None:
+        pending_expired = pending is not None and not live_pending(pending, clock)
         for key, value in entries():
             if key[:1] == INDEX and value is None and key[1:9] <= clock:
-                expired_keys.add(key[9:])
+                if key[1:9] != PENDING or pending_expired:
+                    expired_keys.add(key[9:])
     for key, value in entries():
         if key[:1] != ENTRY:
             continue

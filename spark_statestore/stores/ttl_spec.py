@@ -2,6 +2,7 @@
 
 Each write sets its entry's expiry to the store's clock plus `duration`; an entry whose
 expiry is at or below the clock is expired (invisible at once, deleted in bounded work).
+A write before the clock first moves is a write at its first time (see `ttl.py`).
 `TtlClock` names what moves the clock: `PROCESSING_TIME` (in Spark, the batch's
 timestamp, the same for every attempt of a batch, as Spark's own TTL) or `EVENT_TIME`
 (the watermark). Outside Spark the owner of the store moves it (`advance_time`).

@@ -111,8 +111,8 @@ class TaskState:
             return
         try:
             times = batch_times(self.config.checkpoint_location, self.task.batch_id)
-            if ttl:
-                partition.advance_clocks(times.timestamp, times.watermark)
+            if ttl:  # Spark's watermark 0: the query has none yet, the event-time clock stays unset
+                partition.advance_clocks(times.timestamp, times.watermark if times.watermark > 0 else None)
         except BaseException:
             self.abort()
             raise
