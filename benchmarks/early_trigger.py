@@ -23,7 +23,12 @@ twice each after a warm-up run (on, off, off, on; the better of each): every bat
 batch is cut short), and the query's capacity, rows per second of batch time over the
 batches of a whole interval's input, is the same; the headline is its ratio on/off.
 
-    python benchmarks/early_trigger.py [--trigger 10] [--rate 2000] [--burst-seconds 30] [--steady]
+`--kafka`: the same stream through a Kafka topic (a broker on loopback, `examples/local_kafka.py`)
+read by Spark's Kafka source, whose admission is a row limit (`maxOffsetsPerTrigger`'s) where
+the file source's is a file count; the same table and headline. It needs a pyspark whose Kafka
+connector Maven Central serves here (`./dev bench early_trigger --kafka` runs it on 4.2).
+
+    python benchmarks/early_trigger.py [--trigger 10] [--rate 2000] [--burst-seconds 30] [--steady] [--kafka]
 """
 
 from __future__ import annotations
@@ -55,19 +60,29 @@ def main() -> None:
     parser.add_argument("--tail-seconds", type=int, default=30)
     parser.add_argument("--limit", type=int, default=0, help="uncommitted limit (default: two steady batches' worth)")
     parser.add_argument("--steady", action="store_true", help="no burst: steady-state capacity, governor off against on")
+    parser.add_argument("--kafka", action="store_true", help="the stream through a Kafka topic (a local broker)")
     args = parser.parse_args()
     limit = args.limit or 2 * (args.trigger * args.rate // 2) * BYTES_PER_KEY
     burst = 0 if args.steady else args.burst_seconds
     shape = BurstShape(args.trigger, args.rate, args.keys, args.lead_seconds, burst, args.tail_seconds, limit)
     from pyspark.sql import SparkSession
 
-    spark = (
+    workdir = tempfile.mkdtemp(prefix="bench-early-")
+    builder = (
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    kafka = None
+    if args.kafka:
+        from local_kafka import LocalKafka, connector_jars
+
+        jars = connector_jars()
+        if jars is None:
+            raise SystemExit("no Kafka connector is served for this pyspark: ./dev bench early_trigger --kafka runs on 4.2")
+        builder = builder.config("spark.jars", ",".join(map(str, jars)))
+        kafka = LocalKafka(os.path.join(workdir, "kafka")).start()
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    workdir = tempfile.mkdtemp(prefix="bench-early-")
     results = {}
     arms = {"governor off": (False, False), "admission off": (True, False), "admission on": (True, True)}
     # steady: a run that warms the JVM and the workers (left out), then on, off, off, on; the best of each
@@ -75,7 +90,7 @@ def main() -> None:
     arms["warm-up"] = arms["governor off"]
     try:
         for n, name in enumerate(order):
-            summary = run_burst(spark, os.path.join(workdir, str(n)), shape, *arms[name]).summary
+            summary = run_burst(spark, os.path.join(workdir, str(n)), shape, *arms[name], kafka=kafka).summary
             print(f"{name}: {summary}", flush=True)
             if name == "warm-up":
                 continue
@@ -83,6 +98,8 @@ def main() -> None:
                 results[name] = summary
     finally:
         spark.stop()
+        if kafka is not None:
+            kafka.kill()
         shutil.rmtree(workdir, ignore_errors=True)
     if args.steady:
         steady(results, shape)
@@ -92,7 +109,7 @@ def main() -> None:
          r["spills"], r["batches"], r["early"], r["cut_short"], f"{r['burst_batch_s']:.2f}", r["p50"], r["p99"]]
         for name, r in results.items()
     ]
-    print(f"\ntrigger {args.trigger} s, {args.rate} rows/s steady, 10x for {args.burst_seconds} s, "
+    print(f"\n{'Kafka topic' if args.kafka else 'files'}: trigger {args.trigger} s, {args.rate} rows/s steady, 10x for {args.burst_seconds} s, "
           f"limit {shape.uncommitted_limit} bytes")
     print_table(
         ["run", "peak uncommitted bytes/task", "burst max/limit", "first burst batch/limit", "mean peak, burst batches",

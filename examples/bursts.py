@@ -1,6 +1,7 @@
 """A bursty stream into a stateful query, for the early trigger (benchmark and notebook).
 
-A feeder writes one parquet file per second (`rate` rows each: page views of `keys`
+A feeder writes one parquet file (or, with `kafka=`, one round of records to a Kafka topic
+read by Spark's Kafka source, each record's timestamp its arrival) per second (`rate` rows each: page views of `keys`
 keys, each row stamped with the time its file was written), and ten files per second
 during the burst. A per-partition query (`partition_function`: a running count per key,
 one `get_all` and one `put_columns` per Arrow batch) reads them with a processing-time
@@ -65,12 +66,51 @@ def counts(batches: Iterator[pa.RecordBatch], stores: Any) -> Iterator[pa.Record
         yield pa.RecordBatch.from_arrays([pa.array([batch.column("arrived").to_numpy()], pa.list_(pa.int64()))], ["arrived"])
 
 
-class Feeder(threading.Thread):
-    """Writes the input: one file a second, ten a second during the burst."""
+class FileInput:
+    """The stream as parquet files in `directory`, one per round."""
 
-    def __init__(self, directory: str, rate: int, keys: int, seconds: float) -> None:
+    def __init__(self, directory: str) -> None:
+        self.directory, self.written = directory, 0
+        os.makedirs(directory)
+
+    def write(self, keys: list[str], now_ms: int) -> None:
+        import pyarrow.parquet as pq
+
+        table = pa.table({"key": pa.array(keys), "arrived": pa.array(np.full(len(keys), now_ms))})
+        temp = os.path.join(self.directory, f".{self.written:07d}.tmp")
+        pq.write_table(table, temp)
+        os.replace(temp, os.path.join(self.directory, f"{self.written:07d}.parquet"))
+        self.written += 1
+
+    def stream(self, session: Any) -> Any:
+        return session.readStream.schema("key string, arrived long").parquet(self.directory)
+
+
+class KafkaInput:
+    """The stream as records of a Kafka topic (`local_kafka.KafkaTopics`), a round at a time;
+    a record's timestamp is its arrival."""
+
+    def __init__(self, kafka: Any, topic: str, partitions: int = 4) -> None:
+        self.kafka, self.topic = kafka, topic
+        kafka.create_topic(topic, partitions)
+
+    def write(self, keys: list[str], now_ms: int) -> None:
+        self.kafka.produce(self.topic, [(key, None, now_ms) for key in keys])
+
+    def stream(self, session: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        return (session.readStream.format("kafka").option("kafka.bootstrap.servers", self.kafka.bootstrap)
+                .option("subscribe", self.topic).option("startingOffsets", "earliest").load()
+                .select(F.col("key").cast("string").alias("key"), F.unix_millis("timestamp").alias("arrived")))
+
+
+class Feeder(threading.Thread):
+    """Writes the input: one round a second, ten a second during the burst."""
+
+    def __init__(self, output: FileInput | KafkaInput, rate: int, keys: int, seconds: float) -> None:
         super().__init__(daemon=True)
-        self.directory, self.rate, self.keys, self.seconds = directory, rate, keys, seconds
+        self.output, self.rate, self.keys, self.seconds = output, rate, keys, seconds
         self.burst: tuple[float, float] | None = None  # wall-clock seconds, set by the runner
         self.stop = threading.Event()
         self.rng = np.random.default_rng(7)
@@ -79,12 +119,7 @@ class Feeder(threading.Thread):
     def _file(self) -> None:
         now_ms = int(time.time() * 1000)
         keys = self.rng.integers(0, self.keys, self.rate)
-        table = pa.table({"key": pa.array([f"key-{k:07d}" for k in keys]), "arrived": pa.array(np.full(self.rate, now_ms))})
-        import pyarrow.parquet as pq
-
-        temp = os.path.join(self.directory, f".{self.written:07d}.tmp")
-        pq.write_table(table, temp)
-        os.replace(temp, os.path.join(self.directory, f"{self.written:07d}.parquet"))
+        self.output.write([f"key-{k:07d}" for k in keys], now_ms)
         self.written += 1
 
     def run(self) -> None:
@@ -123,20 +158,23 @@ class BurstRun:
     burst: tuple
 
 
-def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admission: bool = True) -> BurstRun:
+def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admission: bool = True,
+              kafka: Any = None) -> BurstRun:
     """Run the bursty stream once (a session of its own, early triggers on or off, adaptive
-    admission on or off with them)."""
+    admission on or off with them); from files, or from a topic of its own on `kafka` (a
+    `local_kafka.KafkaTopics`)."""
     session = spark.newSession()
     session.conf.set("spark.statestore.earlyTrigger.enabled", str(governor).lower())
     session.conf.set("spark.statestore.earlyTrigger.admission", str(admission).lower())
     session.conf.set("spark.statestore.uncommitted.maxBytes", str(args.uncommitted_limit))
     session.conf.set("spark.statestore.cache.maxBytes", "0")
     session.conf.set("spark.statestore.localDir", os.path.join(workdir, "local"))
-    inputs = os.path.join(workdir, f"input-{governor}-{admission}")
-    os.makedirs(inputs)
+    name = f"input-{governor}-{admission}"
+    output = (FileInput(os.path.join(workdir, name)) if kafka is None
+              else KafkaInput(kafka, f"{name.lower()}-{os.path.basename(workdir)}-{time.time_ns()}"))
     checkpoint = os.path.join(workdir, f"checkpoint-{governor}-{admission}")
     total_seconds = args.lead_seconds + args.burst_seconds + args.tail_seconds
-    feeder = Feeder(inputs, args.rate, args.keys, total_seconds)
+    feeder = Feeder(output, args.rate, args.keys, total_seconds)
     feeder._file()  # the first batch has input
     latencies: list[tuple[int, int]] = []  # (arrival ms, batch end ms)
 
@@ -146,7 +184,7 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admiss
             latencies.extend((a, ended) for a in row["arrived"])
 
     fn = partition_function(counts, checkpoint, STORES, partitions=2, emit_changes=False, spark=session)
-    stream = session.readStream.schema("key string, arrived long").parquet(inputs).repartition(2, "key").mapInArrow(fn, OUTPUT)
+    stream = output.stream(session).repartition(2, "key").mapInArrow(fn, OUTPUT)
     query = (
         stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
         .trigger(processingTime=f"{args.trigger} seconds").start()
