@@ -260,10 +260,44 @@ def pytest_collection_modifyitems(config, items):
     """A test marked `classic_only` runs in the classic session only: its subject is the
     Python worker's side (faults, retries, restarts, rescaling, TTL, schema changes), which
     a Spark Connect client's query shares with a classic one; what Connect changes (the
-    query set up by a client, its conf, sources and sinks) the tests in both sessions cover."""
+    query set up by a client, its conf, sources and sinks) the tests in both sessions cover.
+    So that the Connect variants still run, one module of them does in each run, in turn by
+    the day of the year (`connect_rotation`); SPARK_STATESTORE_CONNECT_ALL=1 runs them all."""
+    rotating = connect_rotation([item.module.__name__ for item in items
+                                 if _is_connect_test(item) and item.get_closest_marker("classic_only")])
     kept, dropped = [], []
     for item in items:
-        (dropped if _is_connect_test(item) and item.get_closest_marker("classic_only") else kept).append(item)
+        classic_only = _is_connect_test(item) and item.get_closest_marker("classic_only")
+        (dropped if classic_only and item.module.__name__ not in rotating else kept).append(item)
+    config.stash[_ROTATED] = sorted(rotating)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+_ROTATED = pytest.StashKey[list]()
+
+
+def connect_rotation(modules: list[str], day: int | None = None) -> set[str]:
+    """The modules of `classic_only` tests whose Connect variants run in this run: all with
+    SPARK_STATESTORE_CONNECT_ALL=1, else one on the newest pyspark minor, by the day of the
+    year (every module in turn), and none on the others."""
+    import pyspark
+
+    from spark_statestore.spark.compat.minors import MINORS, minor_of
+
+    names = sorted(set(modules))
+    if os.environ.get("SPARK_STATESTORE_CONNECT_ALL") == "1":
+        return set(names)
+    if not names or minor_of(pyspark.__version__) != max(MINORS, key=lambda m: tuple(map(int, m.split(".")))):
+        return set()  # the newest minor's run only: the others run their versioned tests
+    import datetime
+
+    day = datetime.date.today().timetuple().tm_yday if day is None else day
+    return {names[day % len(names)]}
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    rotated = config.stash.get(_ROTATED, [])
+    if rotated:
+        terminalreporter.write_line(f"classic_only tests also run over Spark Connect this run: {', '.join(rotated)}")

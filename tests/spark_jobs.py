@@ -23,11 +23,15 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 class FaultyCounts(windowed_counts.WindowedCounts):
     """WindowedCounts that fails on purpose in the first attempt of chosen batches:
     `raise_in` raises from the user code, `kill_in` kills the Python worker with SIGKILL in
-    the middle of the batch, `wipe_local_in` deletes every partition's local state at the
+    the middle of the batch, `raise_after_output_in` raises after the task emitted windows of
+    three timers, `wipe_local_in` deletes every partition's local state at the
     start of the batch (as if a new executor took the partition over)."""
 
-    def __init__(self, checkpoint_location: str, *, raise_in=(), kill_in=(), wipe_local_in=(), **kwargs: Any) -> None:
+    def __init__(self, checkpoint_location: str, *, raise_in=(), kill_in=(), wipe_local_in=(),
+                 raise_after_output_in=(), **kwargs: Any) -> None:
         self.raise_in = set(raise_in)
+        self.raise_after_output_in = set(raise_after_output_in)
+        self.timers_fired = 0
         self.kill_in = set(kill_in)
         self.wipe_local_in = set(wipe_local_in)
         self.keys_seen = 0
@@ -57,6 +61,14 @@ class FaultyCounts(windowed_counts.WindowedCounts):
             os.kill(os.getpid(), signal.SIGKILL)  # state was written for some keys already
         return result
 
+
+    def process_timer(self, key: Any, timer_values: Any, expired_timer_info: Any) -> Any:
+        yield from super().process_timer(key, timer_values, expired_timer_info)
+        self.timers_fired += 1
+        first_attempt = self._state is not None and self._state.task.attempt == 0
+        if first_attempt and self.batch_id in self.raise_after_output_in and self.timers_fired >= 3:
+            self._mark("raised_after_output")
+            raise RuntimeError(f"injected failure after output in batch {self.batch_id}")
 
     def _mark(self, what: str) -> None:
         """Leave a trace of an injected failure (any kind of session can see it)."""
