@@ -267,8 +267,10 @@ def pytest_collection_modifyitems(config, items):
                                  if _is_connect_test(item) and item.get_closest_marker("classic_only")])
     kept, dropped = [], []
     for item in items:
-        classic_only = _is_connect_test(item) and item.get_closest_marker("classic_only")
-        (dropped if classic_only and item.module.__name__ not in rotating else kept).append(item)
+        connect = _is_connect_test(item)
+        classic_only = connect and item.get_closest_marker("classic_only")
+        never = connect and item.get_closest_marker("needs_classic")  # what a Connect client has not
+        (dropped if never or (classic_only and item.module.__name__ not in rotating) else kept).append(item)
     config.stash[_ROTATED] = sorted(rotating)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

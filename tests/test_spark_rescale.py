@@ -114,7 +114,7 @@ def _check_totals(job: str, checkpoint: str) -> None:
 
 
 @pytest.mark.versioned
-@pytest.mark.classic_only  # Spark's offline repartition (_streamingCheckpointManager) is not in the Connect client
+@pytest.mark.needs_classic  # Spark's offline repartition (_streamingCheckpointManager) is not in the Connect client
 @pytest.mark.skipif(not compat.FACTS.offline_repartition, reason="Spark's offline repartition needs pyspark 4.2+")
 @pytest.mark.parametrize("ours_first", [True, False])
 def test_group_state_with_sparks_own_repartition_in_either_order(spark, job, ours_first):
@@ -132,7 +132,7 @@ def test_group_state_with_sparks_own_repartition_in_either_order(spark, job, our
     _check_state(spark, checkpoint, max(cumulative_counts(checkpoint)), 3)
 
 
-@pytest.mark.classic_only  # Spark's offline repartition is not in the Connect client: its refusal is not tested there
+@pytest.mark.needs_classic  # Spark's offline repartition is not in the Connect client: its refusal is not tested there
 def test_tws_with_one_side_moved_is_refused_naming_the_other(spark, job):
     checkpoint = _run_totals(spark, job, 2, 0)
     rescale(checkpoint, 3)

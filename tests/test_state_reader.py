@@ -173,7 +173,7 @@ def _wait_for_file(path: str, timeout: float = 120.0) -> bool:
 
 # a batch is held in a foreachBatch sink, and Spark Connect runs a foreachBatch DataFrame
 # outside the query's thread: its tasks have no streaming.sql.batchId
-@pytest.mark.classic_only
+@pytest.mark.needs_classic
 def test_isolation_levels_while_a_batch_is_held_open(spark, job):
     held, release = os.path.join(job, "held"), os.path.join(job, "release")
 
