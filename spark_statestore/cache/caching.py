@@ -148,9 +148,9 @@ class CachingLayer:
             generation = named.generation
             merged = open_(None)
         while True:
-            for key, value in merged:
-                if value is not None:
-                    yield key, value
+            for entry in merged:
+                if entry[1] is not None:
+                    yield entry  # as it is: no tuple built per record
                     if named.generation != generation:
                         break
             else:
@@ -158,7 +158,7 @@ class CachingLayer:
             if not self._inner.is_open:
                 return
             generation = named.generation
-            merged = open_(key)  # past the last key yielded
+            merged = open_(entry[0])  # past the last key yielded
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """Write flushed entries to the wrapped store; return the changes to forward."""
