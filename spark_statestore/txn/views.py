@@ -23,6 +23,7 @@ from spark_statestore.stores.keyspace import ColumnFamilyKeySpace, KeySeeker
 from spark_statestore.stores.persistent_window import RocksDBWindowStore
 from spark_statestore.stores.typed import TypedKeyValueStore, TypedWindowStore
 from spark_statestore.txn.isolation import IsolationLevel
+from spark_statestore.txn.keyspace import TransactionalKeySpace
 
 _get_ident = threading.get_ident
 
@@ -127,7 +128,7 @@ class ThreadBoundKeySpace:
     only (see module docstring): every read, and every record an iterator draws, checks
     the thread first."""
 
-    def __init__(self, inner: Any, store_name: str) -> None:
+    def __init__(self, inner: TransactionalKeySpace, store_name: str) -> None:
         self._inner = inner
         self._store_name = store_name
         self._owner = threading.current_thread()
