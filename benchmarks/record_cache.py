@@ -15,6 +15,12 @@ partition does. Workloads:
            after it): the windows a micro-batch's watermark closes are emitted with
            `fetch_all_columns`, as steady_state.py's window counts do
 
+  scan     a forward read of the whole store (`all()`, `--keys` committed keys) with one
+           key in 40 just written, single puts dirty in the cache: what a range read
+           costs where the cache merges its entries with the store's (it re-opens past
+           its last key when the cache moves under it, `CachingLayer._held`; nothing
+           moves here, so this is the cost of being able to). Records per second
+
 With the cache on and no listener (the partition's case without `emit_changes`), the bulk
 calls pass the cache by (see `spark_statestore.cache.caching`). The `+changes` workloads set
 a flush listener, as `emit_changes=True` does: then every call goes through the cache, which
@@ -127,6 +133,27 @@ def run(kind: str, path: str, data: list[list[pa.Table]], cache_bytes: int, prof
     return rows / elapsed, contents
 
 
+def run_scan(path: str, keys: int, cache_bytes: int, scans: int) -> tuple[float, list]:
+    """Records per second of `scans` forward reads of the whole (bytes) store after one
+    warm-up, and the contents they read."""
+    store: Any = Stores.persistent_key_value_store("counts", path)
+    if cache_bytes:
+        store = Stores.caching(store, ThreadCache(cache_bytes))
+    names = [b"key-%07d" % i for i in range(keys)]
+    store.put_columns(names, names)
+    store.commit({"batch": 0})
+    for name in names[::40]:
+        store.put(name, b"new")  # a single put: dirty in the cache when there is one
+    contents = list(store.all())
+    started = time.process_time()
+    for _ in range(scans):
+        for _ in store.all():
+            pass
+    elapsed = time.process_time() - started
+    store.close()
+    return scans * len(contents) / elapsed, contents
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", type=int, default=50_000, help="distinct keys of the partition")
@@ -134,7 +161,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4, help="measured micro-batches (after one warm-up)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--cache-bytes", type=int, default=32 << 20)
-    parser.add_argument("--only", default="kv,kv-hot,window,kv+changes,window+changes", help="comma-separated workloads")
+    parser.add_argument(
+        "--only", default="kv,kv-hot,window,kv+changes,window+changes,scan", help="comma-separated workloads"
+    )
     parser.add_argument("--profile", default=None, help="profile WORKLOAD with the cache on instead of measuring")
     args = parser.parse_args()
     workloads = {
@@ -143,6 +172,7 @@ def main() -> None:
         "window": ("window", args.keys),
         "kv+changes": ("kv", args.keys),
         "window+changes": ("window", args.keys),
+        "scan": ("scan", args.keys),
     }
     workdir = tempfile.mkdtemp(prefix="bench-record-cache-")
     try:
@@ -155,7 +185,7 @@ def main() -> None:
         rows, ratios = [], []
         for name in args.only.split(","):
             kind, keys = workloads[name]
-            data = micro_batches(args.batches + 1, args.rows, keys)
+            data = micro_batches(args.batches + 1, args.rows, keys) if kind != "scan" else []
             best = {0: 0.0, args.cache_bytes: 0.0}
             forwarded = None
             contents: dict[int, list] = {}
@@ -163,13 +193,17 @@ def main() -> None:
             for r in range(args.repeats):
                 for cache in best:
                     changes: list | None = [] if listening and cache else None
-                    rate, contents[cache] = run(kind, os.path.join(workdir, f"{name}-{r}-{cache}"), data, cache, None, changes)
+                    path = os.path.join(workdir, f"{name}-{r}-{cache}")
+                    if kind == "scan":
+                        rate, contents[cache] = run_scan(path, keys, cache, args.batches)
+                    else:
+                        rate, contents[cache] = run(kind, path, data, cache, None, changes)
                     best[cache] = max(best[cache], rate)
                     if changes is not None:
                         forwarded = len(changes)
             assert contents[0] == contents[args.cache_bytes], f"{name}: cache on and off stored different contents"
             ratio = best[args.cache_bytes] / best[0]
-            if not listening:
+            if not listening and kind != "scan":  # the headline: the batch path
                 ratios.append(ratio)
             writes = sum(t.num_rows for tables in data for t in tables)  # a put per grouped row
             rows.append([name, keys, best[0], best[args.cache_bytes], ratio, "" if forwarded is None else f"{forwarded / writes:.2f}"])

@@ -14,12 +14,24 @@ the store costs less than the cache's bookkeeping (`benchmarks/record_cache.py`)
 through the cache again as soon as it holds a write of the store (single `put`s) or a
 listener is set, so reads always see the latest write and forwarded changes stay
 de-duplicated.
+
+Range reads merge the cache's live walk with a read of the store, and a caller may hold
+one while it writes: a flush or an eviction moves dirty entries to the store, whose side
+of the merge may have passed them or read a snapshot, and a commit, rollback or dropped
+cache takes entries away that hid the store's older values. So a range read re-opens
+both sides past the last key it yielded whenever the cache moved (`_held`), as the
+transaction's own merged scans re-open when its generation moves: it yields keys in
+order, each once, each with a value the key held since the read opened, and every key
+present at the open and never absent since. What changes the store other than through
+this wrapper (a spill, another store's commit of the shared transaction) the store's
+own reads follow.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Mapping
+from itertools import dropwhile
+from typing import Any, Callable, Iterator, Mapping
 
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, NamedCache, ThreadCache
@@ -28,7 +40,14 @@ from spark_statestore.txn.budget import uncommitted_cost
 from spark_statestore.txn.stores import TransactionalStore
 
 OnFlush = Callable[[list[Change]], Any]
+Entry = tuple[Any, "bytes | None"]
 _anonymous = itertools.count()
+
+
+def past(key: Any, entries: Iterator[Entry]) -> Iterator[Entry]:
+    """`entries` of a store read that starts at `key` inclusive, without `key` (an
+    inclusive bound is what the stores' range reads take)."""
+    return dropwhile(lambda entry: entry[0] == key, entries)
 
 
 class CachingLayer:
@@ -112,6 +131,34 @@ class CachingLayer:
                 out[i] = value
             self._named.put_many(((cache_keys[i], out[i]) for i in missing if out[i] is not None), False)
         return out
+
+    def _held(self, open_: Callable[[Any], Iterator[Entry]]) -> Iterator[tuple[Any, bytes]]:
+        """The live entries of a range read that goes on past the cache's moves (module
+        docstring): `open_(None)` merges the cache and the store over the range (deletions
+        included, as value None), now; `open_(key)` over the rest of it past `key`."""
+        return self._go_on(self._named.generation, open_(None), open_)
+
+    def _go_on(
+        self, generation: int, merged: Iterator[Entry], open_: Callable[[Any], Iterator[Entry]]
+    ) -> Iterator[tuple[Any, bytes]]:
+        """`_held` from its first merge (opened at `generation`) on. A store closed by the
+        time of a re-open ends the read, as a close ends every read."""
+        named = self._named
+        if named.generation != generation:  # moved before the first record was asked for
+            generation = named.generation
+            merged = open_(None)
+        while True:
+            for entry in merged:
+                if entry[1] is not None:
+                    yield entry  # as it is: no tuple built per record
+                    if named.generation != generation:
+                        break
+            else:
+                return
+            if not self._inner.is_open:
+                return
+            generation = named.generation
+            merged = open_(entry[0])  # past the last key yielded
 
     def _write_to_store(self, entries: list[tuple[Any, bytes | None]]) -> list[Change]:
         """Write flushed entries to the wrapped store; return the changes to forward."""

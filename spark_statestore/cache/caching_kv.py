@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from itertools import takewhile
 from typing import Any, Iterable, Iterator, Sequence
 
-from spark_statestore.cache.caching import CachingLayer, OnFlush
+from spark_statestore.cache.caching import CachingLayer, Entry, OnFlush, past
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, ThreadCache
 from spark_statestore.stores.api import KeyValueStore, prefix_end
-from spark_statestore.stores.merge import merge_sorted, without_tombstones
+from spark_statestore.stores.merge import merge_sorted
 from spark_statestore.validation import check_iterable, check_key, check_pairs, check_value
 
 
@@ -68,6 +69,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
         if self._named:  # entries read earlier would hide these writes
             pairs = check_pairs(pairs)
             self._named.remove_many(key for key, _ in pairs)
+        self._named.moved()
         self._inner.put_all(pairs)  # which checks every pair before it writes any
 
     def put_columns(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
@@ -78,20 +80,38 @@ class CachingKeyValueStore(CachingLayer, KeyValueStore):
         if self._named or not self._passes_by():
             super().put_columns(keys, values)  # `put_all`: through the cache, or by it
             return
+        self._named.moved()
         self._inner.put_columns(keys, values)
-
-    def _merged(self, lo, hi, hi_inclusive: bool, reverse: bool, stored: Any) -> Iterator[tuple[bytes, bytes]]:
-        cached = self._named.items(lo, hi, hi_inclusive, reverse)
-        return without_tombstones(merge_sorted(cached, stored, reverse))
 
     def _read_range(
         self, key_from: bytes | None, key_to: bytes | None, reverse: bool
     ) -> Iterator[tuple[bytes, bytes]]:
-        stored = (self._inner.reverse_range if reverse else self._inner.range)(key_from, key_to)
-        return self._merged(key_from, key_to, True, reverse, stored)
+        named, inner = self._named, self._inner
+
+        def open_(after: bytes | None) -> Iterator[Entry]:
+            if after is None:
+                cached = named.items(key_from, key_to, True, reverse)
+                stored = (inner.reverse_range if reverse else inner.range)(key_from, key_to)
+            elif reverse:
+                cached = named.items(key_from, after, False, True)
+                stored = past(after, inner.reverse_range(key_from, after))
+            else:
+                cached = named.items(after + b"\x00", key_to, True, False)  # the least key after `after`
+                stored = past(after, inner.range(after, key_to))
+            return merge_sorted(cached, stored, reverse)
+
+        return self._held(open_)
 
     def _read_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        return self._merged(prefix, prefix_end(prefix), False, False, self._inner.prefix_scan(prefix))
+        named, inner, end = self._named, self._inner, prefix_end(prefix)
+
+        def open_(after: bytes | None) -> Iterator[Entry]:
+            if after is None:
+                return merge_sorted(named.items(prefix, end, False), inner.prefix_scan(prefix), False)
+            stored = takewhile(lambda entry: entry[0].startswith(prefix), past(after, inner.range(after, None)))
+            return merge_sorted(named.items(after + b"\x00", end, False), stored, False)
+
+        return self._held(open_)
 
     def approximate_num_entries(self) -> int:
         if not self._open:

@@ -9,12 +9,13 @@ Stores that retain duplicates cannot be cached, as in Kafka Streams.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any, Iterable, Iterator, Sequence
 
-from spark_statestore.cache.caching import CachingLayer, OnFlush
+from spark_statestore.cache.caching import CachingLayer, Entry, OnFlush, past
 from spark_statestore.cache.change import Change
 from spark_statestore.cache.thread_cache import MISSING, ThreadCache
-from spark_statestore.stores.merge import merge_sorted, without_tombstones
+from spark_statestore.stores.merge import merge_sorted
 from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.stores.window_layout import (
     skip_scan,
@@ -81,6 +82,7 @@ class CachingWindowStore(CachingLayer, WindowStore):
         if self._named:  # entries read earlier would hide these writes
             records = check_window_records(records)
             self._named.remove_many(ws_bytes(start) + key for key, _, start in records)
+        self._named.moved()
         self._inner.put_all(records)
 
     def put_columns(
@@ -96,6 +98,7 @@ class CachingWindowStore(CachingLayer, WindowStore):
         keys, values, starts = check_window_write_columns(keys, values, window_starts)
         if self._named:  # entries read earlier would hide these writes
             self._named.remove_many(stored_keys(keys, starts))
+        self._named.moved()
         self._inner.put_columns(keys, values, starts)
 
     def _put_live_columns(self, keys: list[bytes], values: list[bytes | None], starts: list[int]) -> None:
@@ -147,34 +150,64 @@ class CachingWindowStore(CachingLayer, WindowStore):
         return [None if s <= expired_up_to else v for v, (_, s) in zip(values, checked)]
 
     def _read_key(self, key: bytes, lo: int, hi: int, reverse: bool) -> Iterator[tuple[int, bytes]]:
-        named = self._named
-        if reverse:
-            cached = skip_scan_backward(named.last, key, key + b"\x00", lo, hi, False)
-            stored = self._inner.backward_fetch(key, lo, hi)
-        else:
-            end = ws_bytes(hi + 1)
-            cached = skip_scan(lambda k: named.first(k, end), key, lo, hi, False)
-            stored = self._inner.fetch(key, lo, hi)
-        cached_entries = ((entry_key, value) for _, entry_key, value in cached)
-        stored_entries = ((ws_bytes(start) + key, value) for start, value in stored)
-        for entry_key, value in without_tombstones(merge_sorted(cached_entries, stored_entries, reverse)):
+        named, inner = self._named, self._inner
+
+        def open_(after: bytes | None) -> Iterator[Entry]:
+            first, last = lo, hi
+            if after is not None:  # the windows past the last one yielded
+                if reverse:
+                    last = start_of(after) - 1
+                else:
+                    first = start_of(after) + 1
+                if first > last:
+                    return iter(())
+            if reverse:
+                cached = skip_scan_backward(named.last, key, key + b"\x00", first, last, False)
+                stored = inner.backward_fetch(key, first, last)
+            else:
+                end = ws_bytes(last + 1)
+                cached = skip_scan(lambda k: named.first(k, end), key, first, last, False)
+                stored = inner.fetch(key, first, last)
+            cached_entries = ((entry_key, value) for _, entry_key, value in cached)
+            stored_entries = ((ws_bytes(start) + key, value) for start, value in stored)
+            return merge_sorted(cached_entries, stored_entries, reverse)
+
+        for entry_key, value in self._held(open_):
             yield start_of(entry_key), value
 
     def _read_range(
         self, key_from: bytes | None, key_to: bytes | None, lo: int, hi: int, reverse: bool
     ) -> Iterator[tuple[Windowed, bytes]]:
+        named = self._named
         fetch = self._inner.backward_fetch_range if reverse else self._inner.fetch_range
-        stored = ((ws_bytes(w.window.start) + w.key, v) for w, v in fetch(key_from, key_to, lo, hi))
-        cached = self._named.items(ws_bytes(lo), ws_bytes(hi + 1), False, reverse)
-        if key_from is not None or key_to is not None:
-            cached = (
-                (k, v)
-                for k, v in cached
-                if (key_from is None or k[8:] >= key_from) and (key_to is None or k[8:] <= key_to)
-            )
+        end = ws_bytes(hi + 1)
+
+        def open_(after: bytes | None) -> Iterator[Entry]:
+            if after is None:
+                cached = named.items(ws_bytes(lo), end, False, reverse)
+                stored = fetch(key_from, key_to, lo, hi)
+            else:  # the rest of the last window yielded from, then the windows past it
+                start, key = start_of(after), after[8:]
+                if reverse:
+                    cached = named.items(ws_bytes(lo), after, False, True)
+                    rest = fetch(key_from, key_to, lo, start - 1) if lo < start else ()
+                    stored = chain(fetch(key_from, key, start, start), rest)
+                else:
+                    cached = named.items(after + b"\x00", end, False, False)
+                    rest = fetch(key_from, key_to, start + 1, hi) if start < hi else ()
+                    stored = chain(fetch(key, key_to, start, start), rest)
+            if key_from is not None or key_to is not None:
+                cached = (
+                    (k, v)
+                    for k, v in cached
+                    if (key_from is None or k[8:] >= key_from) and (key_to is None or k[8:] <= key_to)
+                )
+            stored_entries = ((ws_bytes(w.window.start) + w.key, v) for w, v in stored)
+            return merge_sorted(cached, stored_entries if after is None else past(after, stored_entries), reverse)
+
         size = self.window_size
         window = None
-        for entry_key, value in without_tombstones(merge_sorted(cached, stored, reverse)):
+        for entry_key, value in self._held(open_):
             start = start_of(entry_key)
             if window is None or window.start != start:
                 window = window_of(start, size)

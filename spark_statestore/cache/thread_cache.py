@@ -14,6 +14,12 @@ and under that churn CPython's hash tables hold up to twice their live entries i
 by `benchmarks/memory.py`. After a put returns, `size_bytes <= max_bytes`: the put's
 own named cache evicts least-recently-used entries until the budget holds, and evicting a
 dirty entry first flushes every dirty entry of that named cache (KIP-63).
+
+`NamedCache.generation` moves whenever entries move between the cache and its store
+behind the back of a range read that merges the two (a flush, a drop of entries, a write
+that passes the cache by): such a read re-opens past the last key it yielded
+(`CachingLayer._held`). Evicting a clean entry does not move it: the store's side of the
+merge holds the same value.
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ class NamedCache:
         self.dirty: dict[Any, None] = {}
         self.size_bytes = 0
         self.listener: FlushListener | None = None
+        self.generation = 0  # see module docstring
+
+    def moved(self) -> None:
+        """The store was written past this cache (or entries moved between the two): open
+        merged reads re-open."""
+        self.generation += 1
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -120,6 +132,7 @@ class NamedCache:
 
     def remove_many(self, keys: Iterable[Any]) -> None:
         """Drop the entries of `keys` (those present), dirty or clean."""
+        self.generation += 1
         for key in keys:
             self._remove(key)
 
@@ -157,6 +170,7 @@ class NamedCache:
         keys = list(self.dirty)
         values = [get(key) for key in keys]
         self.dirty = {}
+        self.generation += 1
         for key, value in zip(keys, values):
             if value is None:
                 self._remove(key)
@@ -188,6 +202,7 @@ class NamedCache:
 
     def discard_dirty(self) -> None:
         """Drop the entries that were written but not flushed; clean ones stay."""
+        self.generation += 1
         for key in list(self.dirty):
             self._remove(key)
 
@@ -197,6 +212,7 @@ class NamedCache:
         self.size_bytes = 0
         self.entries.clear()
         self.dirty = {}
+        self.generation += 1
 
 
 class ThreadCache:

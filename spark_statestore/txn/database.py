@@ -62,6 +62,7 @@ from spark_statestore.txn.views import (
     FollowingWindowStore,
     LockedKeySpace,
     ReadOnlyView,
+    ThreadBoundKeySpace,
 )
 from spark_statestore.validation import check_int, describe
 
@@ -347,6 +348,8 @@ class TransactionalDatabase:
         keyspace: Any = store.keyspace
         if isolation is IsolationLevel.READ_COMMITTED:
             keyspace = LockedKeySpace(keyspace.committed, self._lock)
+        else:
+            keyspace = ThreadBoundKeySpace(keyspace, store.name)
         if isinstance(store, RocksDBWindowStore):
             inner: Any = FollowingWindowStore(store.name, keyspace, store.spec)
             allowed = WINDOW_READS
