@@ -13,11 +13,13 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import partition_workload as wl
+import pyarrow.fs as pafs
 import pytest
 
-from spark_statestore.checkpoint.filesystem import NotAFileError
+from spark_statestore.checkpoint.filesystem import DurableDir, NotAFileError
 from spark_statestore.partition import Layout, record_query_layout
 from spark_statestore.tools.cli import main
 
@@ -166,3 +168,50 @@ def test_an_edited_partition_count_in_the_layout_is_flagged(checkpoint, recorded
     assert code == 1 and problems, raw
     assert all(layout in p["message"] and f"records {recorded} partitions" in p["message"] for p in problems)
     assert any(f"written with {PARTITIONS}" in p["message"] for p in problems), problems
+
+
+def test_a_partition_directory_or_layout_linked_out_of_the_checkpoint_is_refused(checkpoint, tmp_path):
+    partition = os.path.join(checkpoint, "statestore", "1")
+    shutil.move(partition, str(tmp_path / "partition-elsewhere"))
+    os.symlink(str(tmp_path / "partition-elsewhere"), partition)
+    code, raw = _run("verify", checkpoint, "--json")
+    problems = json.loads(raw)["problems"]
+    assert code == 1 and {p["partition"] for p in problems} == {1}, problems
+    assert all(f"{partition} is a symbolic link to {tmp_path}" in p["message"] for p in problems), problems
+    layout = os.path.join(checkpoint, "statestore", "_layout")
+    shutil.move(layout, str(tmp_path / "layout-elsewhere"))
+    os.symlink(str(tmp_path / "layout-elsewhere"), layout)
+    code, raw = _run("verify", checkpoint, "--json")
+    assert code == 1 and f"{layout} is a symbolic link" in raw, raw
+
+
+def test_a_snapshot_file_that_is_a_fifo_is_not_opened(checkpoint):
+    current = os.path.join(checkpoint, "statestore", "0", "snapshots", "3", "CURRENT")
+    _fifo(current, "")
+    done = _cli("verify", checkpoint, "--json")
+    problems = json.loads(done.stdout)["problems"]
+    assert done.returncode == 1 and [(p["partition"], p["what"]) for p in problems] == [(0, "snapshot of version 3")]
+    assert f"{current} is a FIFO" in problems[0]["message"], problems
+
+
+@pytest.mark.parametrize("damage", ["fifo", "link outside"])
+def test_a_file_replaced_after_it_was_checked_is_not_opened(checkpoint, tmp_path, monkeypatch, damage):
+    """The check and the open are apart: a file swapped for a FIFO or a link in between is
+    opened without blocking and without following the link, and refused."""
+    durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
+    path = durable.path("3.changelog")
+    DAMAGES[damage](path, str(tmp_path / "outside.changelog"))
+    monkeypatch.setattr(durable, "_regular", durable.path)  # as if it was checked before the swap
+    outcome: list = []
+
+    def read() -> None:
+        try:
+            durable.read_range("3.changelog", 0, 4)
+        except NotAFileError as e:
+            outcome.append(str(e))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)  # a hang guard only: a refused open returns at once
+    assert not reader.is_alive(), "the read blocked on the FIFO"
+    assert outcome and path in outcome[0], outcome

@@ -169,19 +169,40 @@ class DurableDir:
             raise NotAFileError(not_a_file(self.uri(name), odd))
         return self.path(name)
 
+    def _open(self, name: str, ranged: bool = False) -> Any:
+        """`name` opened for reading (`ranged`: for reads at an offset), a regular file.
+        Locally it is opened without following a link and without blocking, then checked
+        again (it may have been replaced since `_regular` looked: a FIFO opened the usual way
+        would block until a writer came)."""
+        path = self._regular(name)
+        if not self._local:
+            return self.fs.open_input_file(path) if ranged else self.fs.open_input_stream(path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            if isinstance(e, FileNotFoundError):
+                raise
+            raise NotAFileError(not_a_file(self.uri(name), f"unreadable as a file ({e.strerror})")) from None
+        odd = _kind(os.fstat(fd).st_mode)
+        if odd is not None:
+            os.close(fd)
+            raise NotAFileError(not_a_file(self.uri(name), odd))
+        return os.fdopen(fd, "rb")
+
     def read_bytes(self, name: str) -> bytes:
-        with self.fs.open_input_stream(self._regular(name)) as src:
+        with self._open(name) as src:
             return src.read()
 
     def read_range(self, name: str, offset: int, nbytes: int) -> bytes:
         """Up to `nbytes` of `name` from `offset` (one ranged read on object stores)."""
-        with self.fs.open_input_file(self._regular(name)) as src:
-            return src.read_at(nbytes, offset)
+        with self._open(name, ranged=True) as src:
+            src.seek(offset)
+            return src.read(nbytes)
 
     def download(self, name: str, local_path: str) -> None:
         """Copy `name` to a local file (through a temporary name)."""
         temp = f"{local_path}.part"
-        with self.fs.open_input_stream(self._regular(name)) as src, open(temp, "wb") as out:
+        with self._open(name) as src, open(temp, "wb") as out:
             while True:
                 chunk = src.read(_COPY_BYTES)
                 if not chunk:
