@@ -118,15 +118,22 @@ def test_a_changelog_that_is_not_a_regular_file_is_named_by_verify_reads_and_res
     assert code == 0  # the other partition reads
 
 
-def test_a_snapshot_file_reached_through_a_link_out_of_the_partition_is_refused(checkpoint, tmp_path):
-    partition = os.path.join(checkpoint, "statestore", "1")
-    shared = os.path.join(partition, "sst")
-    shutil.move(shared, str(tmp_path / "sst-elsewhere"))
-    os.symlink(str(tmp_path / "sst-elsewhere"), shared)
+@pytest.mark.parametrize(
+    ("moved", "partition", "what"),
+    [
+        ("statestore/1/sst", 1, "reached through {path}, a symbolic link to {elsewhere}"),  # a snapshot's files
+        ("statestore/1", 1, "{path} is a symbolic link to {elsewhere}"),  # a partition's directory
+        ("statestore/_layout", None, "{path} is a symbolic link to {elsewhere}"),
+    ],
+)
+def test_a_durable_path_linked_out_of_the_checkpoint_is_refused(checkpoint, tmp_path, moved, partition, what):
+    path, elsewhere = os.path.join(checkpoint, moved), str(tmp_path / "elsewhere")
+    shutil.move(path, elsewhere)
+    os.symlink(elsewhere, path)
     code, raw = _run("verify", checkpoint, "--json")
     problems = json.loads(raw)["problems"]
-    assert code == 1 and {p["partition"] for p in problems} == {1}, problems
-    assert all(f"reached through {shared}, a symbolic link" in p["message"] for p in problems), problems
+    assert code == 1 and {p["partition"] for p in problems} == {partition}, problems
+    assert all(what.format(path=path, elsewhere=elsewhere) in p["message"] for p in problems), problems
 
 
 def test_a_layout_that_is_a_fifo_is_named_not_opened(checkpoint):
@@ -168,21 +175,6 @@ def test_an_edited_partition_count_in_the_layout_is_flagged(checkpoint, recorded
     assert code == 1 and problems, raw
     assert all(layout in p["message"] and f"records {recorded} partitions" in p["message"] for p in problems)
     assert any(f"written with {PARTITIONS}" in p["message"] for p in problems), problems
-
-
-def test_a_partition_directory_or_layout_linked_out_of_the_checkpoint_is_refused(checkpoint, tmp_path):
-    partition = os.path.join(checkpoint, "statestore", "1")
-    shutil.move(partition, str(tmp_path / "partition-elsewhere"))
-    os.symlink(str(tmp_path / "partition-elsewhere"), partition)
-    code, raw = _run("verify", checkpoint, "--json")
-    problems = json.loads(raw)["problems"]
-    assert code == 1 and {p["partition"] for p in problems} == {1}, problems
-    assert all(f"{partition} is a symbolic link to {tmp_path}" in p["message"] for p in problems), problems
-    layout = os.path.join(checkpoint, "statestore", "_layout")
-    shutil.move(layout, str(tmp_path / "layout-elsewhere"))
-    os.symlink(str(tmp_path / "layout-elsewhere"), layout)
-    code, raw = _run("verify", checkpoint, "--json")
-    assert code == 1 and f"{layout} is a symbolic link" in raw, raw
 
 
 def test_a_snapshot_file_that_is_a_fifo_is_not_opened(checkpoint):
