@@ -71,3 +71,24 @@ def test_endpoint_from_the_environment(s3_endpoint, bucket, tmp_path, monkeypatc
     fresh.open(1)
     assert fresh.store("kv").get(b"k") == b"v"
     fresh.close()
+
+
+def test_a_changelog_name_that_is_a_directory_on_s3_is_named_not_missing(s3_endpoint, bucket, tmp_path):
+    """On an object store a "directory" is a prefix: an object under `2.changelog/` makes the
+    changelog's name one, which a restore names instead of taking the changelog for not kept."""
+    from spark_statestore.checkpoint.filesystem import NotAFileError
+
+    checkpoint = location(s3_endpoint, bucket)
+    specs = [StoreSpec.key_value("kv")]
+    for batch in range(2):
+        state = PartitionState(checkpoint, 3, specs, WorkerResources(str(tmp_path / "local")))
+        state.open(batch)
+        state.store("kv").put(b"n", b"%d" % batch)
+        state.prepare()
+        state.close()
+    boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(
+        Bucket=bucket, Key="query/statestore/3/2.changelog/stray", Body=b"x"
+    )
+    state = PartitionState(checkpoint, 3, specs, WorkerResources(str(tmp_path / "fresh")))
+    with pytest.raises(NotAFileError, match=rf"s3://{bucket}/query/statestore/3/2\.changelog is a directory"):
+        state.open(2)

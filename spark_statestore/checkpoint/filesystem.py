@@ -15,6 +15,7 @@ out of the checkpoint), and a listing names every durable-looking entry that is 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -180,9 +181,9 @@ class DurableDir:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as e:
-            if isinstance(e, FileNotFoundError):
+            if e.errno != errno.ELOOP:  # ELOOP: O_NOFOLLOW met a link
                 raise
-            raise NotAFileError(not_a_file(self.uri(name), f"unreadable as a file ({e.strerror})")) from None
+            raise NotAFileError(not_a_file(self.uri(name), _link(path))) from None
         odd = _kind(os.fstat(fd).st_mode)
         if odd is not None:
             os.close(fd)
