@@ -41,16 +41,22 @@ def test_partition_state_on_s3(s3_endpoint, bucket, tmp_path):
     assert state.metrics.restored and state.metrics.changelogs_applied == 1
 
 
-def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
-    checkpoint = location(s3_endpoint, bucket)
-    local = str(tmp_path / "local")
+def _kv_batches(checkpoint: str, partition: int, local: str, batches: int) -> list[StoreSpec]:
+    """Batches 0..batches-1 of one key-value store on `partition` (no snapshot); its specs."""
     specs = [StoreSpec.key_value("kv")]
-    for batch in range(3):
-        state = PartitionState(checkpoint, 7, specs, WorkerResources(local), PartitionOptions(snapshot_interval=100))
+    for batch in range(batches):
+        options = PartitionOptions(snapshot_interval=100)
+        state = PartitionState(checkpoint, partition, specs, WorkerResources(local), options)
         state.open(batch)
         state.store("kv").put(b"n", b"%d" % batch)
         state.prepare()
         state.close()
+    return specs
+
+
+def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
+    checkpoint = location(s3_endpoint, bucket)
+    specs = _kv_batches(checkpoint, 7, str(tmp_path / "local"), 3)
     boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(
         Bucket=bucket, Key="query/statestore/7/1.changelog", Body=b"not a changelog"
     )
@@ -79,13 +85,7 @@ def test_a_changelog_name_that_is_a_directory_on_s3_is_named_not_missing(s3_endp
     from spark_statestore.checkpoint.filesystem import NotAFileError
 
     checkpoint = location(s3_endpoint, bucket)
-    specs = [StoreSpec.key_value("kv")]
-    for batch in range(2):
-        state = PartitionState(checkpoint, 3, specs, WorkerResources(str(tmp_path / "local")))
-        state.open(batch)
-        state.store("kv").put(b"n", b"%d" % batch)
-        state.prepare()
-        state.close()
+    specs = _kv_batches(checkpoint, 3, str(tmp_path / "local"), 2)
     boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(
         Bucket=bucket, Key="query/statestore/3/2.changelog/stray", Body=b"x"
     )
