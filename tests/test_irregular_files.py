@@ -207,3 +207,24 @@ def test_a_file_replaced_after_it_was_checked_is_not_opened(checkpoint, tmp_path
     reader.join(60)  # a hang guard only: a refused open returns at once
     assert not reader.is_alive(), "the read blocked on the FIFO"
     assert outcome and path in outcome[0], outcome
+
+
+def test_a_partition_count_that_spark_s_offset_log_contradicts_is_a_problem(checkpoint):
+    offsets = os.path.join(checkpoint, "offsets")
+    os.makedirs(offsets)
+    with open(os.path.join(offsets, "4"), "w") as f:
+        f.write('v1\n{"conf": {"spark.sql.shuffle.partitions": "3"}}\n{}\n')
+    code, raw = _run("verify", checkpoint, "--json")
+    problems = json.loads(raw)["problems"]
+    assert code == 1 and [p["what"] for p in problems] == ["the state's partition count"], problems
+    assert "records 2 partitions, but Spark's offset log runs batch 4 on 3" in problems[0]["message"]
+    os.mkfifo(os.path.join(offsets, "5"))  # Spark's own file: not a batch of its log, and never opened
+    done = _cli("verify", checkpoint, "--json")
+    assert done.returncode == 1 and json.loads(done.stdout)["problems"] == problems, done
+    os.remove(os.path.join(offsets, "5"))
+    shutil.move(offsets, offsets + "-elsewhere")
+    os.symlink(offsets + "-elsewhere", offsets)
+    code, raw = _run("verify", checkpoint, "--json")
+    problems = json.loads(raw)["problems"]
+    assert code == 1 and [p["what"] for p in problems] == ["Spark's offset log"], problems
+    assert f"{offsets} is a symbolic link" in problems[0]["message"]

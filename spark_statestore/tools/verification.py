@@ -107,8 +107,12 @@ def _verify_partition_count(state: StateLocation, counts: dict[int, set[str]], r
                 f"{where}, but {len(some)} changelogs were written with {other} ({', '.join(some[:3])}"
                 f"{', ...' if len(some) > 3 else ''})",
             ))
-    planned = newest_planned_batch(state.location, state.filesystem) if state.generation_number == 0 else None
-    spark = None if planned is None else spark_partitions(state.location, planned, state.filesystem)
+    try:
+        planned = newest_planned_batch(state.location, state.filesystem) if state.generation_number == 0 else None
+        spark = None if planned is None else spark_partitions(state.location, planned, state.filesystem)
+    except (StateStoreError, OSError) as e:
+        report.problems.append(Problem(None, "Spark's offset log", str(e)))
+        return
     if spark is not None and spark != count:
         report.problems.append(Problem(
             None, "the state's partition count", f"{where}, but Spark's offset log runs batch {planned} on {spark}"
