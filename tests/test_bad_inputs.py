@@ -518,7 +518,7 @@ def test_json_refuses_what_is_not_json(committed):
     (json.dumps({"partitions": 1, "stores": {"w": {"kind": "window", "window": {
         "retention_period": "100", "window_size": 10, "retain_duplicates": False}}}}), "retention_period must be recorded as int"),
     (json.dumps({"partitions": 1, "stores": {"kv": {"kind": "key_value", "key_serde": "nonsense"}}}), "not a serde identity"),
-    (None, "cannot be read as a layout"),  # a directory where the file should be
+    (None, "is a directory, not a regular file"),  # a directory where the file should be
 ])
 def test_a_damaged_layout_file_is_corrupt_state_naming_it(partition_checkpoint, content, match):
     checkpoint, local = partition_checkpoint

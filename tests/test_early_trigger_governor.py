@@ -314,3 +314,40 @@ def test_a_file_source_offset_beyond_a_long_is_unreadable_like_a_missing_one(ses
     cause = raised.value.java_exception.getCause()
     assert cause.getClass().getName() == "java.lang.NoSuchFieldException"
     assert "beyond a long" in cause.getMessage() and offset in cause.getMessage()
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("start", "end", "message"),
+    [
+        (None, '{"logOffset": 1000000000}', "spans 1000000001 log batches (at most 1000 are counted)"),
+        ('{"logOffset": 5}', '{"logOffset": 1006}', "spans 1001 log batches"),
+        ('{"logOffset": -5}', '{"logOffset": 1}', "logOffset below -1"),
+        (None, '{"logOffset": 1.5}', "logOffset in the file source's offset"),
+        (None, '{"logOffset": 2e9}', "logOffset in the file source's offset"),
+    ],
+)
+def test_a_file_source_offset_is_bounded_before_its_log_is_read(session, start, end, message):
+    """A file source's micro-batch spans one log batch, and its log's `get` reads a span id by
+    id: a span beyond `MAX_LOG_SPAN`, a logOffset below -1 or one that is not a whole number is
+    unreadable like a missing one (NoSuchFieldException naming it) before the log is touched
+    (before: a span of 10^9 had the driver's listener read the log 10^9 times; -5 and 2e9 were
+    taken as -5 and 2; here the source is null, so reaching the log fails otherwise)."""
+    from py4j.protocol import Py4JJavaError
+
+    with pytest.raises(Py4JJavaError) as raised:
+        _read_limits(session, "filesAdmitted", None, start, end)
+    cause = raised.value.java_exception.getCause()
+    assert cause.getClass().getName() == "java.lang.NoSuchFieldException", cause.toString()
+    assert message in cause.getMessage() and any(o in cause.getMessage() for o in (start, end) if o)
+
+
+@pytest.mark.spark
+def test_counts_are_bounded_to_18_significant_digits_before_they_are_parsed(session):
+    """As BatchFiles' batch ids: a count of at most 18 significant digits always fits a long;
+    more is beyond (-1), whatever its leading zeros, and is never handed to Long.parseLong."""
+    assert _read_limits(session, "digits", "0" * 40 + "7") == 7
+    assert _read_limits(session, "digits", "9" * 18) == 10**18 - 1
+    assert _read_limits(session, "digits", "1" + "0" * 18) == -1
+    assert _read_limits(session, "digits", "9" * 100_000) == -1
+    assert _read_limits(session, "count", _python_limit(session, "0" * 30 + "12")) == 12

@@ -41,16 +41,22 @@ def test_partition_state_on_s3(s3_endpoint, bucket, tmp_path):
     assert state.metrics.restored and state.metrics.changelogs_applied == 1
 
 
-def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
-    checkpoint = location(s3_endpoint, bucket)
-    local = str(tmp_path / "local")
+def _kv_batches(checkpoint: str, partition: int, local: str, batches: int) -> list[StoreSpec]:
+    """Batches 0..batches-1 of one key-value store on `partition` (no snapshot); its specs."""
     specs = [StoreSpec.key_value("kv")]
-    for batch in range(3):
-        state = PartitionState(checkpoint, 7, specs, WorkerResources(local), PartitionOptions(snapshot_interval=100))
+    for batch in range(batches):
+        options = PartitionOptions(snapshot_interval=100)
+        state = PartitionState(checkpoint, partition, specs, WorkerResources(local), options)
         state.open(batch)
         state.store("kv").put(b"n", b"%d" % batch)
         state.prepare()
         state.close()
+    return specs
+
+
+def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
+    checkpoint = location(s3_endpoint, bucket)
+    specs = _kv_batches(checkpoint, 7, str(tmp_path / "local"), 3)
     boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(
         Bucket=bucket, Key="query/statestore/7/1.changelog", Body=b"not a changelog"
     )
@@ -71,3 +77,18 @@ def test_endpoint_from_the_environment(s3_endpoint, bucket, tmp_path, monkeypatc
     fresh.open(1)
     assert fresh.store("kv").get(b"k") == b"v"
     fresh.close()
+
+
+def test_a_changelog_name_that_is_a_directory_on_s3_is_named_not_missing(s3_endpoint, bucket, tmp_path):
+    """On an object store a "directory" is a prefix: an object under `2.changelog/` makes the
+    changelog's name one, which a restore names instead of taking the changelog for not kept."""
+    from spark_statestore.checkpoint.filesystem import NotAFileError
+
+    checkpoint = location(s3_endpoint, bucket)
+    specs = _kv_batches(checkpoint, 3, str(tmp_path / "local"), 2)
+    boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(
+        Bucket=bucket, Key="query/statestore/3/2.changelog/stray", Body=b"x"
+    )
+    state = PartitionState(checkpoint, 3, specs, WorkerResources(str(tmp_path / "fresh")))
+    with pytest.raises(NotAFileError, match=rf"s3://{bucket}/query/statestore/3/2\.changelog is a directory"):
+        state.open(2)

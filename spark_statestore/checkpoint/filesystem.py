@@ -6,19 +6,28 @@ Hadoop's `s3a://`), `hdfs://`, `gs://`) into a pyarrow filesystem and a path.
 and publishes every file atomically: on filesystems with an atomic rename (local, HDFS)
 it writes a temporary name and renames it; on object stores (S3, GCS) one put of the
 whole object is atomic already. Readers therefore never see half a file.
+
+Durable files are regular files, never anything else: a read opens nothing that is not
+one (on a local filesystem a FIFO would block the reader and a symbolic link could lead
+out of the checkpoint), and a listing names every durable-looking entry that is not one
+(`scan`), so that it is reported instead of being taken for a missing file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import stat
 import time
 import uuid
 from typing import Any, Iterable
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
+
+from spark_statestore.errors import CorruptStateError
 
 _RENAMING = {"local", "hdfs"}
 _TEMP_PREFIX = ".tmp-"
@@ -48,6 +57,29 @@ def resolve_location(location: str, filesystem: pafs.FileSystem | None = None) -
     return fs, path.rstrip("/")
 
 
+class NotAFileError(CorruptStateError):
+    """A durable name that is not a regular file (a FIFO, a directory, a symbolic link, ...)."""
+
+
+def _kind(mode: int) -> str | None:
+    """What a file of `mode` (an `lstat`'s) is, when it is not a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket",
+             stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device"}  # fmt: skip
+    return next((what for test, what in kinds.items() if test(mode)), "not a regular file")
+
+
+def _link(path: str) -> str:
+    """How a symbolic link at `path` is described (where it leads; whether it dangles)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    dangling = "" if os.path.exists(path) else ", which does not exist"
+    return f"a symbolic link to {target}{dangling}"
+
+
 class DurableDir:
     """The durable files of one partition; names are relative to its root."""
 
@@ -55,6 +87,7 @@ class DurableDir:
         self.fs = fs
         self.root = root.rstrip("/")
         self._renames = fs.type_name in _RENAMING
+        self._local = fs.type_name == "local"
         self._made_dirs: set[str] = set()
 
     def __repr__(self) -> str:
@@ -113,19 +146,64 @@ class DurableDir:
     def publish_bytes(self, name: str, data: bytes) -> pafs.FileInfo:
         return self._publish(name, lambda out: out.write(data))
 
+    def _odd(self, name: str) -> str | None:
+        """What `name` is when it is not a regular file reached without a symbolic link from
+        this directory's root down (local filesystems; elsewhere: None, and a directory
+        fails to open). `FileNotFoundError` naming it if it does not exist."""
+        if not self._local:
+            return None
+        parts = name.split("/") if name else []  # "": the root itself
+        paths = [self.root] + [f"{self.root}/{'/'.join(parts[: i + 1])}" for i in range(len(parts))]
+        for path in paths:
+            try:
+                mode = os.lstat(path).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                raise FileNotFoundError(f"{self.uri(name)} does not exist") from None
+            if stat.S_ISLNK(mode):
+                return _link(path) if path == paths[-1] else f"reached through {path}, {_link(path)}"
+        return _kind(mode)
+
+    def _regular(self, name: str) -> str:
+        """The path of `name`, a regular file (`NotAFileError` naming it and what it is if not)."""
+        odd = self._odd(name)
+        if odd is not None:
+            raise NotAFileError(not_a_file(self.uri(name), odd))
+        return self.path(name)
+
+    def _open(self, name: str, ranged: bool = False) -> Any:
+        """`name` opened for reading (`ranged`: for reads at an offset), a regular file.
+        Locally it is opened without following a link and without blocking, then checked
+        again (it may have been replaced since `_regular` looked: a FIFO opened the usual way
+        would block until a writer came)."""
+        path = self._regular(name)
+        if not self._local:
+            return self.fs.open_input_file(path) if ranged else self.fs.open_input_stream(path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno != errno.ELOOP:  # ELOOP: O_NOFOLLOW met a link
+                raise
+            raise NotAFileError(not_a_file(self.uri(name), _link(path))) from None
+        odd = _kind(os.fstat(fd).st_mode)
+        if odd is not None:
+            os.close(fd)
+            raise NotAFileError(not_a_file(self.uri(name), odd))
+        return os.fdopen(fd, "rb")
+
     def read_bytes(self, name: str) -> bytes:
-        with self.fs.open_input_stream(self.path(name)) as src:
+        with self._open(name) as src:
             return src.read()
 
     def read_range(self, name: str, offset: int, nbytes: int) -> bytes:
         """Up to `nbytes` of `name` from `offset` (one ranged read on object stores)."""
-        with self.fs.open_input_file(self.path(name)) as src:
-            return src.read_at(nbytes, offset)
+        with self._open(name, ranged=True) as src:
+            src.seek(offset)
+            return src.read(nbytes)
 
     def download(self, name: str, local_path: str) -> None:
         """Copy `name` to a local file (through a temporary name)."""
         temp = f"{local_path}.part"
-        with self.fs.open_input_stream(self.path(name)) as src, open(temp, "wb") as out:
+        with self._open(name) as src, open(temp, "wb") as out:
             while True:
                 chunk = src.read(_COPY_BYTES)
                 if not chunk:
@@ -134,24 +212,67 @@ class DurableDir:
         os.replace(temp, local_path)
 
     def list(self, subdir: str = "") -> list[pafs.FileInfo]:
-        """Files directly under `subdir` (temporary files excluded); [] if it is missing."""
+        """Regular files directly under `subdir` (temporary files excluded); [] if it is missing."""
+        return self.scan(subdir)[0]
+
+    def scan(self, subdir: str = "") -> tuple[list[pafs.FileInfo], dict[str, str]]:
+        """The regular files directly under `subdir` (as `list`), and every other entry's base
+        name with what it is (a directory, a FIFO, a symbolic link (never followed), ...)."""
         base = self.path(subdir) if subdir else self.root
+        if self._local:
+            return self._scan_local(subdir, base)
         selector = pafs.FileSelector(base, allow_not_found=True, recursive=False)
-        return [
-            info
-            for info in self.fs.get_file_info(selector)
-            if info.type == pafs.FileType.File and not info.base_name.startswith(_TEMP_PREFIX)
-        ]
+        files, others = [], {}
+        for info in self.fs.get_file_info(selector):
+            if info.base_name.startswith(_TEMP_PREFIX):
+                continue
+            if info.type == pafs.FileType.File:
+                files.append(info)
+            else:
+                others[info.base_name] = "a directory" if info.type == pafs.FileType.Directory else "not a regular file"
+        return files, others
+
+    def _scan_local(self, subdir: str, base: str) -> tuple[list[pafs.FileInfo], dict[str, str]]:
+        """`scan` with `os.scandir`, which sees links as links (pyarrow follows them and leaves
+        dangling ones out)."""
+        try:
+            odd = self._odd(subdir)
+        except FileNotFoundError:
+            return [], {}
+        if odd != "a directory":
+            raise NotAFileError(f"{self.uri(subdir) if subdir else self.root} is {odd}, not a directory of durable files")
+        files, others = [], {}
+        try:
+            entries = list(os.scandir(base))
+        except (FileNotFoundError, NotADirectoryError):
+            return [], {}
+        for entry in entries:
+            if entry.name.startswith(_TEMP_PREFIX):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # deleted since it was listed
+            odd = _link(entry.path) if entry.is_symlink() else _kind(info.st_mode)
+            if odd is None:
+                files.append(pafs.FileInfo(entry.path, pafs.FileType.File, size=info.st_size, mtime_ns=info.st_mtime_ns))
+            else:
+                others[entry.name] = odd
+        return files, others
 
     def size(self, name: str) -> int:
         """The size of `name` in bytes (`FileNotFoundError` if it does not exist)."""
-        info = self.fs.get_file_info(self.path(name))
+        info = self.fs.get_file_info(self._regular(name))
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(self.uri(name))
         return info.size
 
     def exists(self, name: str) -> bool:
-        return self.fs.get_file_info(self.path(name)).type == pafs.FileType.File
+        """Whether `name` is a regular file (`NotAFileError` if it is something else)."""
+        try:
+            return self.fs.get_file_info(self._regular(name)).type == pafs.FileType.File
+        except FileNotFoundError:
+            return False
 
     def delete(self, names: Iterable[str]) -> int:
         """Delete files (missing ones are fine); returns how many were deleted."""
@@ -189,6 +310,14 @@ class DurableDir:
         for path in stale:
             self.fs.delete_file(path)
         return len(stale)
+
+
+def not_a_file(uri: str, what: str) -> str:
+    """The message of a durable name that is not a regular file."""
+    return (
+        f"{uri} is {what}, not a regular file: durable files are regular files of the checkpoint "
+        f"(nothing else is opened, no link is followed); replace it with the file, or remove it"
+    )
 
 
 def small_json(data: bytes, limit: int) -> Any:

@@ -27,7 +27,7 @@ import re
 
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.filesystem import DurableDir
+from spark_statestore.checkpoint.filesystem import DurableDir, NotAFileError, not_a_file
 
 STATESTORE = "statestore"
 COMMITS = "commits"
@@ -160,9 +160,24 @@ def is_shared_file(name: object) -> bool:
     return isinstance(name, str) and _SHARED_FILE.match(name) is not None
 
 
+def _refuse_others(durable: DurableDir, subdir: str, others: dict[str, str], *patterns: re.Pattern) -> None:
+    """`NotAFileError` naming every entry of `others` (base names under `subdir`, with what
+    each is) that has the name of a durable file (one of `patterns`)."""
+    found = [
+        not_a_file(durable.uri(f"{subdir}/{name}" if subdir else name), what)
+        for name, what in sorted(others.items())
+        if any(pattern.match(name) for pattern in patterns)
+    ]
+    if found:
+        raise NotAFileError("; ".join(found))
+
+
 def snapshot_versions(durable: DurableDir) -> list[int]:
-    """Versions that have a snapshot manifest, ascending (other names are ignored)."""
-    versions = (manifest_version(info.base_name) for info in durable.list(SNAPSHOTS))
+    """Versions that have a snapshot manifest, ascending (other names are ignored; a
+    manifest's name on anything but a regular file is `NotAFileError`)."""
+    files, others = durable.scan(SNAPSHOTS)
+    _refuse_others(durable, SNAPSHOTS, others, _MANIFEST)
+    versions = (manifest_version(info.base_name) for info in files)
     return sorted(v for v in versions if v is not None)
 
 
@@ -173,10 +188,13 @@ def changelog_versions(durable: DurableDir) -> dict[int, pafs.FileInfo]:
 
 def list_changelogs(durable: DurableDir) -> tuple[dict[int, pafs.FileInfo], dict[int, set[int]]]:
     """Durable changelogs by version with their file info, and the ids of the set-aside
-    changelogs of each version (`aside_name`); other names are ignored."""
+    changelogs of each version (`aside_name`); other names are ignored, and a changelog's
+    name on anything but a regular file is `NotAFileError` (never a changelog not kept)."""
     out: dict[int, pafs.FileInfo] = {}
     asides: dict[int, set[int]] = {}
-    for info in durable.list():
+    files, others = durable.scan()
+    _refuse_others(durable, "", others, _CHANGELOG, _ASIDE)
+    for info in files:
         version = changelog_version(info.base_name)
         if version is not None:
             out[version] = info

@@ -36,6 +36,9 @@ from spark_statestore.errors import CorruptStateError, MissingStateError
 from spark_statestore.faults import fault_point
 
 
+CURRENT = "CURRENT"  # the file that names a RocksDB database's manifest
+
+
 def _sha256(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -94,6 +97,11 @@ def read_manifest(durable: DurableDir, version: int) -> dict:
         raise CorruptStateError(f"snapshot manifest {durable.uri(name)} does not describe version {version}")
     for entry in manifest["files"]:
         _check_entry(entry, version, durable.uri(name))
+    if CURRENT not in {entry["name"] for entry in manifest["files"]}:  # every RocksDB checkpoint has one
+        listed = "no files" if not manifest["files"] else f"no {CURRENT} file"
+        raise CorruptStateError(
+            f"snapshot manifest {durable.uri(name)} (version {version}) lists {listed}: it is not a snapshot"
+        )
     return manifest
 
 

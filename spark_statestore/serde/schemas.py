@@ -205,3 +205,10 @@ def schemas_as_of(schemas: tuple[str, ...], batch: int | None) -> tuple[str, ...
         if since is not None and since > batch:
             return schemas[:index]
     return schemas
+
+
+def migration_batches(schemas: tuple[str, ...]) -> list[int]:
+    """The batches the migrations among `schemas` took effect in, oldest first: the values
+    of the batches before one and of those from it on have different shapes."""
+    marked = (RecordSchema.from_json(text).migrated_since for text in schemas)
+    return [since for since in marked if since is not None]

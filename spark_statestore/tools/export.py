@@ -51,9 +51,18 @@ def records(
 
 
 def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, partitions: list[int]) -> Iterator[dict]:
-    """The store's changes in batches `start`..`end`, partition by partition."""
+    """The store's changes in batches `start`..`end`, partition by partition; record values
+    in the shape of the batch that wrote them (a migration inside the range changes it: the
+    values before it are never carried through it, which needs the writer's `migrate`)."""
     key = text_decoder(spec.key_serde)
-    value = text_decoder(spec.value_serde, schemas_as_of(spec.value_schemas, end))
+    decoders: dict[tuple[str, ...], Callable[[bytes | None], Any]] = {}
+
+    def value(batch: int, raw: bytes | None) -> Any:
+        schemas = schemas_as_of(spec.value_schemas, batch)
+        if schemas not in decoders:
+            decoders[schemas] = text_decoder(spec.value_serde, schemas)
+        return decoders[schemas](raw)
+
     for partition in partitions:
         for change in changes(state, partition, spec, start, end):  # in the generation that ran `start`
             row = {
@@ -61,7 +70,7 @@ def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, par
                 "partition": partition,
                 "change": change.change,
                 "key": key(change.key),
-                "value": value(change.value),
+                "value": value(change.batch_id, change.value),
             }
             if spec.window_spec is not None:
                 ws = change.window_start

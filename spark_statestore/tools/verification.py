@@ -10,10 +10,19 @@ import tempfile
 from dataclasses import dataclass, field
 
 from spark_statestore.checkpoint.changelog import Changelog
-from spark_statestore.checkpoint.names import aside_name, changelog_name, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.filesystem import DurableDir, NotAFileError, resolve_location
+from spark_statestore.checkpoint.names import (
+    QUERY_LAYOUT,
+    aside_name,
+    changelog_name,
+    list_changelogs,
+    snapshot_versions,
+    statestore_dir,
+)
 from spark_statestore.checkpoint.snapshots import restore_snapshot
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.reading import NoStateError, StateLocation, VersionReader
+from spark_statestore.partition.spark_log import newest_planned_batch, spark_partitions
 
 
 @dataclass(frozen=True)
@@ -68,16 +77,58 @@ def verify_state(location: str) -> Verification:
     # with a batch committed, every partition of the recorded count must rebuild (one whose
     # files are gone is a problem, not a partition fewer)
     partitions = set(state.partitions) | set(state.committed_partitions if report.committed_batch is not None else ())
+    counts: dict[int, set[str]] = {}  # partition counts the changelogs were written with -> where
     with tempfile.TemporaryDirectory(prefix="statestore-verify-") as scratch:
         for partition in sorted(partitions):
             report.partitions += 1
-            _verify_partition(state, partition, report, scratch)
+            _verify_partition(state, partition, report, scratch, counts)
+    _verify_partition_count(state, counts, report)
     return report
 
 
-def _verify_partition(state: StateLocation, partition: int, report: Verification, scratch: str) -> None:
+def _verify_partition_count(state: StateLocation, counts: dict[int, set[str]], report: Verification) -> None:
+    """The partition count `_layout` records for the generation written now agrees with the
+    partitions that have state, with the count each changelog was written with and with
+    Spark's in its offset log (a count edited by hand would send a rescale or a reader
+    astray)."""
+    count = state.layout.generation.partitions
+    if count is None:
+        return
+    fs, root = resolve_location(state.location, state.filesystem)
+    where = f"{DurableDir(fs, statestore_dir(root)).uri(QUERY_LAYOUT)} records {count} partitions"
+    beyond = [p for p in state.partitions if p >= count]
+    if beyond:
+        report.problems.append(Problem(None, "the state's partition count", f"{where}, but partitions {beyond} have state"))
+    for other, files in sorted(counts.items()):
+        if other != count:
+            some = sorted(files)
+            report.problems.append(Problem(
+                None, "the state's partition count",
+                f"{where}, but {len(some)} changelogs were written with {other} ({', '.join(some[:3])}"
+                f"{', ...' if len(some) > 3 else ''})",
+            ))
+    try:
+        planned = newest_planned_batch(state.location, state.filesystem) if state.generation_number == 0 else None
+        spark = None if planned is None else spark_partitions(state.location, planned, state.filesystem)
+    except (StateStoreError, OSError) as e:
+        report.problems.append(Problem(None, "Spark's offset log", str(e)))
+        return
+    if spark is not None and spark != count:
+        report.problems.append(Problem(
+            None, "the state's partition count", f"{where}, but Spark's offset log runs batch {planned} on {spark}"
+        ))
+
+
+def _verify_partition(
+    state: StateLocation, partition: int, report: Verification, scratch: str, counts: dict[int, set[str]]
+) -> None:
     durable = state.durable(partition)
-    changelogs, asides = list_changelogs(durable)
+    try:
+        changelogs, asides = list_changelogs(durable)
+        snapshots = snapshot_versions(durable)
+    except NotAFileError as e:  # nothing more of the partition is read: its history is not what it says
+        report.problems.append(Problem(partition, f"the durable files under {durable.uri('')}", str(e)))
+        return
     names = [(v, changelog_name(v)) for v in sorted(changelogs)]
     names += [(v, aside_name(v, i)) for v in sorted(asides) for i in sorted(asides[v])]
     for version, name in names:
@@ -85,13 +136,15 @@ def _verify_partition(state: StateLocation, partition: int, report: Verification
         path = os.path.join(scratch, "changelog")
         try:
             durable.download(name, path)
-            Changelog(path, version, partition, source=durable.uri(name))
+            layout = Changelog(path, version, partition, source=durable.uri(name)).header.layout
+            if isinstance(layout, dict) and type(layout.get("partitions")) is int:
+                counts.setdefault(layout["partitions"], set()).add(durable.uri(name))
         except (StateStoreError, OSError) as e:
             report.problems.append(Problem(partition, f"changelog {durable.uri(name)}", str(e)))
         finally:
             if os.path.exists(path):
                 os.remove(path)
-    for version in snapshot_versions(durable):
+    for version in snapshots:
         report.snapshots += 1
         try:
             restore_snapshot(durable, version, os.path.join(scratch, "snapshot"), partition)

@@ -11,7 +11,8 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_statestore.partition.columnar import ChangeColumns
-from spark_statestore.partition.reading import change_columns
+from spark_statestore.partition.reading import StateLocation, change_columns
+from spark_statestore.serde.schemas import migration_batches
 from spark_statestore.spark.reader.columns import Column, column_for, decode_arrow, value_column
 from spark_statestore.spark.reader.filters import TakesFilters
 from spark_statestore.spark.reader.request import ReadRequest, int_option
@@ -64,7 +65,51 @@ def change_range(request: ReadRequest) -> tuple[int, int]:
         )
     if start > end:
         raise ValueError(f"option changeStartBatchId {start} is after changeEndBatchId {end}")
+    check_one_shape(request, start, end)
     return start, end
+
+
+def check_one_shape(request: ReadRequest, first: int, last: int) -> None:
+    """The values of batches `first`..`last` all have the shape of the value column: a record
+    store's values change shape at a migration, which needs the writer's `migrate` to carry
+    older ones through (a reader has none), and a column holds one shape. ValueError naming
+    the store, the migration's batch and what to read instead if not."""
+    spec = request.spec
+    if not spec.value_schemas:
+        return
+    state = StateLocation.open(request.state.location, request.state.filesystem)  # now: a stream runs on
+    migrations = migration_batches(state.store(spec.name).value_schemas)
+    column = len(migration_batches(spec.value_schemas))  # the migrations the column's shape follows
+
+    def shape(batch: int) -> int:
+        return sum(1 for since in migrations if since <= batch)
+
+    if shape(first) == shape(last) == column:
+        return
+    where = f"store {spec.name!r} of {request.state.location}"
+    inside = [since for since in migrations if first < since <= last]
+    if inside:
+        since = inside[0]
+        raise ValueError(
+            f"the changes of batches {first}..{last} of {where} span a migration of its value schema in batch "
+            f"{since}: the values before it and from it on have different shapes (a reader cannot carry the older "
+            f"ones through it: that needs the query's migrate function); read batches {first}..{since - 1} and "
+            f"{since}..{last} apart (changeStartBatchId and changeEndBatchId; a stream: from startingBatchId "
+            f"{since}), or use python -m spark_statestore read --changes, which shows each batch in its own shape"
+        )
+    if column > shape(first):  # the column's shape is that of a migration after these batches
+        since = migrations[column - 1]
+        raise ValueError(
+            f"this stream's rows of {where} have the shape its values took in batch {since} (a migration of its "
+            f"value schema), and batches {first}..{last} predate it: read them with a batch read of the change "
+            f"feed (changeStartBatchId {first}, changeEndBatchId {since - 1}) and start the stream at "
+            f"startingBatchId {since}"
+        )
+    since = migrations[column]
+    raise ValueError(
+        f"the value schema of {where} was migrated in batch {since}, after this stream started: its rows keep "
+        f"the shape they started with; restart the stream (from batch {since} on, its rows take the new shape)"
+    )
 
 
 class ChangeFeedReader(TakesFilters, ChangesReader, DataSourceReader):

@@ -130,6 +130,8 @@ class ReadRequest:
         spec = state.store(str(store))
         if spec.value_schemas:  # record values are shown in their shape as of the batch read
             as_of = int_option(options, "batchId", int_option(options, "changeEndBatchId"))
+            if as_of is None and bool_option(options, "readChangeFeed"):
+                as_of = state.committed_batch()  # a migration declared for the next batch changes none of them
             spec = dataclasses.replace(spec, value_schemas=schemas_as_of(spec.value_schemas, as_of))
         return ReadRequest(state, spec, {str(k).lower(): v for k, v in options.items()})
 

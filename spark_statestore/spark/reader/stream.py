@@ -9,7 +9,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
 from spark_statestore.spark import compat
-from spark_statestore.spark.reader.changes import ChangesReader
+from spark_statestore.spark.reader.changes import ChangesReader, check_one_shape
 from spark_statestore.spark.reader.columns import column_for, value_column
 from spark_statestore.spark.reader.request import ReadRequest, int_option, option
 
@@ -36,6 +36,7 @@ class ChangeStreamReader(ChangesReader, DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         if end["batch"] <= start["batch"]:
             return []
+        check_one_shape(self.request, start["batch"] + 1, end["batch"])
         state = self.request.state.at_batch(start["batch"] + 1)
         return [InputPartition((p, start["batch"] + 1, end["batch"])) for p in state.committed_partitions]
 

@@ -44,7 +44,16 @@ final class ReadLimits {
     static final String PYTHON_LIMIT = "PythonStreamingSourceReadLimit";
     private static final Pattern PYTHON_ALL = Pattern.compile("\"_type\"\\s*:\\s*\"ReadAllAvailable\"");
     private static final Pattern PYTHON_MAX_ROWS = Pattern.compile("\"max_rows\"\\s*:\\s*(\\d+)\\s*[,}]");
-    private static final Pattern LOG_OFFSET = Pattern.compile("\"logOffset\"\\s*:\\s*(-?\\d+)");
+    private static final Pattern LOG_OFFSET = Pattern.compile("\"logOffset\"\\s*:\\s*(-?)(\\d+)(?![\\d.eE])");
+    /** The significant digits a count may have: at most 18, so it always fits a long (as {@link BatchFiles#BATCH_FILE}). */
+    static final int MAX_DIGITS = 18;
+    /**
+     * The most log batches {@link #filesAdmitted} counts over: a file source's micro-batch spans one
+     * ({@code FileStreamSource} writes one log batch per batch it plans), and its log's {@code get}
+     * reads the range id by id, so a wider span (a damaged or crafted offset) is unreadable like a
+     * missing one instead of keeping the driver's listener busy for as many reads.
+     */
+    static final long MAX_LOG_SPAN = 1_000;
 
     private ReadLimits() {}
 
@@ -146,11 +155,20 @@ final class ReadLimits {
         if (!json.contains("\"ReadMaxRows\"") || !m.find()) {
             return -1;
         }
-        try {
-            return Long.parseLong(m.group(1));
-        } catch (NumberFormatException e) { // digits only: beyond a long
-            return Long.MAX_VALUE;
+        long rows = digits(m.group(1));
+        return rows < 0 ? Long.MAX_VALUE : rows; // beyond 18 digits: beyond anything counted
+    }
+
+    /**
+     * A decimal of digits only, or -1 when it has more than {@value #MAX_DIGITS} significant digits
+     * (bounded before it is parsed, so it never overflows).
+     */
+    static long digits(String digits) {
+        int first = 0;
+        while (first < digits.length() - 1 && digits.charAt(first) == '0') {
+            first++;
         }
+        return digits.length() - first > MAX_DIGITS ? -1 : Long.parseLong(digits.substring(first));
     }
 
     /** The count a limit puts on a source, or -1 for none. */
@@ -184,6 +202,10 @@ final class ReadLimits {
         if (last <= first) {
             return 0;
         }
+        if (last - first > MAX_LOG_SPAN) {
+            throw new NoSuchFieldException("a file source batch from " + start + " to " + end + " spans " + (last - first)
+                    + " log batches (at most " + MAX_LOG_SPAN + " are counted)");
+        }
         Field field = QueryTriggers.findField(source.getClass(), FILE_LOG);
         field.setAccessible(true);
         Object log = field.get(source);
@@ -197,18 +219,23 @@ final class ReadLimits {
     }
 
     /**
-     * The {@code logOffset} of a file source's offset; Spark writes it as a long, so a number
-     * beyond one is unreadable like a missing one (the caller explains it and keeps the limit).
+     * The {@code logOffset} of a file source's offset: -1 (nothing yet) or a log batch id of at most
+     * {@value #MAX_DIGITS} digits, as Spark writes it; anything else (beyond a long, below -1, not
+     * a whole number) is unreadable like a missing one (the caller explains it and keeps the limit).
      */
     private static long logOffset(String json) throws NoSuchFieldException {
         Matcher m = LOG_OFFSET.matcher(json);
-        if (m.find()) {
-            try {
-                return Long.parseLong(m.group(1));
-            } catch (NumberFormatException e) { // digits only: beyond a long
-                throw new NoSuchFieldException("logOffset beyond a long in the file source's offset " + json);
-            }
+        if (!m.find()) {
+            throw new NoSuchFieldException("logOffset in the file source's offset " + json);
         }
-        throw new NoSuchFieldException("logOffset in the file source's offset " + json);
+        long offset = digits(m.group(2));
+        if (offset < 0) {
+            throw new NoSuchFieldException("logOffset beyond a long in the file source's offset " + json);
+        }
+        long value = m.group(1).isEmpty() ? offset : -offset;
+        if (value < -1) {
+            throw new NoSuchFieldException("logOffset below -1 in the file source's offset " + json);
+        }
+        return value;
     }
 }
