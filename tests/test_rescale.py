@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -228,3 +229,34 @@ def test_a_ttl_store_moves_each_entry_to_its_key_s_partition(tmp_path, key_serde
             with open(os.path.join(location, "commits", "0"), "w") as f:
                 f.write("v1\n{}")
             rescale(location, 3)
+
+
+def _offsets(location: str, batches: int, partitions: int | str) -> None:
+    """Spark's offset log for batches 0..batches-1, recording its state partition count."""
+    os.makedirs(os.path.join(location, "offsets"), exist_ok=True)
+    for batch in range(batches):
+        with open(os.path.join(location, "offsets", str(batch)), "w") as f:
+            f.write("v1\n" + json.dumps({"conf": {"spark.sql.shuffle.partitions": str(partitions)}}) + "\n")
+
+
+def _memory_limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+@pytest.mark.parametrize("where", ["layout", "offsets"])
+def test_a_huge_partition_count_in_a_durable_file_fails_fast_naming_it(tmp_path, where):
+    """10**12 partitions recorded: refused before anything is sized by it (no allocation)."""
+    location, _ = _query(tmp_path, batches=1)
+    if where == "layout":
+        with open(os.path.join(location, "statestore", "_layout"), "w") as f:
+            json.dump({"partitions": 10**12, "stores": {s.name: s.as_dict() for s in w.SPECS}}, f)
+        named = r"statestore/_layout .*partitions must be at most 10000, got 1000000000000"
+    else:
+        _offsets(location, 1, 10**12)
+        named = r"offsets/0 records spark.sql.shuffle.partitions = 1000000000000"
+    for command in (["verify", location], ["read", location, "--store", "totals"]):
+        err = subprocess.run([sys.executable, "-m", "spark_statestore", *command], capture_output=True, text=True,
+                             timeout=120, preexec_fn=_memory_limit)  # unfixed: a MemoryError, not the machine's
+        assert err.returncode in (1, 2) and re.search(named, err.stdout + err.stderr), err.stdout + err.stderr
