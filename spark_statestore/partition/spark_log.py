@@ -67,12 +67,6 @@ def spark_partitions(location: str, batch: int, filesystem: pafs.FileSystem | No
     return count
 
 
-def newest_version_at_or_below(state: StateLocation, partition: int, version: int) -> int | None:
-    """The newest durable version (changelog or snapshot) of a partition at or below `version`."""
-    changelogs, snapshots = state.versions(partition)
-    return max((v for v in changelogs + snapshots if v <= version), default=None)
-
-
 def check_stopped(state: StateLocation) -> int:
     """The newest committed batch, after checking that nothing is in flight above it:
     Spark's offset log plans no uncommitted batch, and no partition of the generation the
