@@ -402,3 +402,30 @@ def test_a_huge_partition_count_in_a_durable_file_fails_fast_naming_it(tmp_path,
         err = subprocess.run([sys.executable, "-m", "spark_statestore", *command], capture_output=True, text=True,
                              timeout=120, preexec_fn=_memory_limit)  # unfixed: a MemoryError, not the machine's
         assert err.returncode in (1, 2) and re.search(named, err.stdout + err.stderr), err.stdout + err.stderr
+
+
+def test_claims_on_an_object_store_let_one_rescale_through(s3_endpoint, bucket):
+    """On S3 (moto), where there are no file locks: a claim made while another is held is
+    refused and leaves nothing behind; crafted or unreadable claims block, naming the file."""
+    import pyarrow.fs as pafs
+
+    from spark_statestore.partition.rescale_claim import RescaleClaim
+
+    fs = pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http")
+    root, where = f"{bucket}/query", f"s3://{bucket}/query"
+    listing = pafs.FileSelector(f"{root}/statestore/_rescale", allow_not_found=True)
+    with RescaleClaim(fs, root, where, "first") as first:
+        with pytest.raises(RescaleClaimedError, match=r"_rescale/\w+\.claim.*first"):
+            RescaleClaim(fs, root, where, "second").__enter__()
+        assert [i.base_name for i in fs.get_file_info(listing)] == [first.name]
+        first.check_held()
+    assert fs.get_file_info(listing) == []
+    with fs.open_output_stream(f"{root}/statestore/_rescale/crafted.claim") as out:
+        out.write(b"\xff not json")
+    with pytest.raises(RescaleClaimedError, match=r"crafted\.claim.*unreadable"):
+        RescaleClaim(fs, root, where, "third").__enter__()
+    fs.delete_file(f"{root}/statestore/_rescale/crafted.claim")
+    with RescaleClaim(fs, root, where, "fourth") as fourth:
+        fs.delete_file(f"{root}/statestore/_rescale/{fourth.name}")  # an operator took it for a killed one's
+        with pytest.raises(RescaleClaimedError, match="was removed while it ran"):
+            fourth.check_held()
