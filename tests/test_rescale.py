@@ -335,6 +335,7 @@ def test_a_rescale_over_missing_files_is_refused_changing_nothing(tmp_path, dama
     damage(location)
     with pytest.raises(RescaleError, match=r"partition \d of the state .* cannot be read at batch 2.*nothing was changed"):
         rescale(location, 7)
+    assert main(["rescale", location, "7"], io.StringIO()) == 2  # the CLI: exit 2, not 0
     assert read_query_layout(location).partitions is None
     assert not os.path.exists(os.path.join(location, "statestore", "_g1"))
     assert main(["verify", location], io.StringIO()) == 1  # the damage stays visible
