@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -20,6 +21,7 @@ from spark_statestore import Serdes, faults
 from spark_statestore.partition import read_query_layout
 from spark_statestore.partition.layout import LayoutMismatchError
 from spark_statestore.partition.rescale import RescaleError, rescale
+from spark_statestore.partition.rescale_claim import RescaleClaimedError
 from spark_statestore.partition.spark_log import QueryMayBeRunningError
 from spark_statestore.partition import PartitionOptions, PartitionState, WorkerResources, record_query_layout
 from spark_statestore.partition.key_mapping import Router
@@ -228,3 +230,203 @@ def test_a_ttl_store_moves_each_entry_to_its_key_s_partition(tmp_path, key_serde
             with open(os.path.join(location, "commits", "0"), "w") as f:
                 f.write("v1\n{}")
             rescale(location, 3)
+
+
+def _during(step: str, action):
+    """A fault handler running `action` once, when the rescale reaches `step`."""
+    done = []
+
+    def handler(name: str) -> None:
+        if name == step and not done:
+            done.append(True)
+            action()
+
+    return handler
+
+
+def _offsets(location: str, batches: int, partitions: int | str) -> None:
+    """Spark's offset log for batches 0..batches-1, recording its state partition count."""
+    os.makedirs(os.path.join(location, "offsets"), exist_ok=True)
+    for batch in range(batches):
+        with open(os.path.join(location, "offsets", str(batch)), "w") as f:
+            f.write("v1\n" + json.dumps({"conf": {"spark.sql.shuffle.partitions": str(partitions)}}) + "\n")
+
+
+def test_a_second_rescale_while_one_runs_is_refused_changing_nothing(tmp_path):
+    location, local = _query(tmp_path)
+    refused = []
+
+    def second() -> None:
+        with pytest.raises(RescaleClaimedError, match="another rescale of .* holds its claim") as e:
+            rescale(location, 5)
+        refused.append(str(e.value))
+
+    with faults.injected(_during("rescale:after-read", second)):
+        assert rescale(location, 3).partitions == 3
+    assert refused and read_query_layout(location).partitions == 3
+    assert sorted(os.listdir(os.path.join(location, "statestore", "_g1"))) == ["0", "1", "2"]
+    assert os.listdir(os.path.join(location, "statestore", "_rescale")) == []  # both claims gone
+    w.run_batch(location, local, 3, 3)
+    _check(location, 3, 3)
+
+
+def test_a_rescale_that_finds_another_claim_is_refused(tmp_path):
+    """A claim not of a dead process on this host (another host's, a live one's) is never
+    taken over; the message names the file. A dead process's claim here is removed."""
+    location, _ = _query(tmp_path, batches=1)
+    claims = os.path.join(location, "statestore", "_rescale")
+    os.makedirs(claims)
+    with open(os.path.join(claims, "other.claim"), "w") as f:
+        json.dump({"host": "elsewhere", "pid": 1, "started": 0, "what": "rescale to 5 partitions"}, f)
+    with pytest.raises(RescaleClaimedError, match=r"other\.claim.*elsewhere.*delete that file"):
+        rescale(location, 3)
+    assert read_query_layout(location).partitions is None and os.listdir(claims) == ["other.claim"]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    import socket
+
+    with open(os.path.join(claims, "other.claim"), "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": int(dead.stdout), "started": 0, "what": "killed"}, f)
+    assert rescale(location, 3).partitions == 3
+    assert os.listdir(claims) == []
+
+
+@pytest.mark.parametrize("planned_only", [False, True], ids=["committed", "planned"])
+def test_a_query_run_while_the_state_is_staged_stops_the_switch(tmp_path, planned_only):
+    location, local = _query(tmp_path)
+    before = read_query_layout(location).to_json()
+
+    def query_runs() -> None:
+        if planned_only:
+            _offsets(location, 4, 4)  # batch 3 planned: the query is running
+        else:
+            w.run_batch(location, local, 4, 3)  # batch 3 committed on the old partitions
+
+    with faults.injected(_during("rescale:before-switch", query_runs)):
+        with pytest.raises(RescaleError, match="does not switch"):
+            rescale(location, 7)
+    assert read_query_layout(location).to_json() == before
+    if not planned_only:
+        _check(location, 3, 4)  # the batch the query committed is the state
+        w.run_batch(location, local, 4, 4)
+        _check(location, 4, 4)
+
+
+def _damage_changelog(location: str) -> None:
+    os.remove(os.path.join(location, "statestore", "1", "2.changelog"))
+
+
+def _damage_partition(location: str) -> None:
+    import shutil
+
+    shutil.rmtree(os.path.join(location, "statestore", "2"))
+
+
+def _fifo_changelog(location: str) -> None:
+    path = os.path.join(location, "statestore", "3", "2.changelog")
+    os.remove(path)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("damage", [_damage_changelog, _damage_partition, _fifo_changelog],
+                         ids=["changelog", "partition", "fifo"])
+def test_a_rescale_over_missing_files_is_refused_changing_nothing(tmp_path, damage):
+    location, _ = _query(tmp_path)
+    _offsets(location, 3, 4)
+    damage(location)
+    with pytest.raises(RescaleError, match=r"partition \d of the state .* cannot be read at batch 2.*nothing was changed"):
+        rescale(location, 7)
+    assert main(["rescale", location, "7"], io.StringIO()) == 2  # the CLI: exit 2, not 0
+    assert read_query_layout(location).partitions is None
+    assert not os.path.exists(os.path.join(location, "statestore", "_g1"))
+    assert main(["verify", location], io.StringIO()) == 1  # the damage stays visible
+
+
+def test_a_layout_listing_no_stores_is_refused(tmp_path):
+    location, _ = _query(tmp_path)
+    path = os.path.join(location, "statestore", "_layout")
+    with open(path, "w") as f:
+        json.dump({"partitions": None, "stores": {}}, f)
+    with pytest.raises(RescaleError, match="lists no stores"):
+        rescale(location, 7)
+    assert not os.path.exists(os.path.join(location, "statestore", "_g1", "0"))
+
+
+def test_a_partition_count_beyond_the_bound_or_the_open_file_limit_is_refused(tmp_path):
+    import resource
+
+    location, _ = _query(tmp_path, batches=1)
+    with pytest.raises(ValueError, match="partitions must be at most 10000, got 100000"):
+        rescale(location, 100_000)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
+    try:
+        with pytest.raises(RescaleError, match=r"partitions 100 needs about 1600 open files.*limit of 256"):
+            rescale(location, 100)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert read_query_layout(location).partitions is None
+
+
+def test_a_killed_rescale_s_scratch_copy_and_claim_are_removed_by_the_next(tmp_path):
+    location, _ = _query(tmp_path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "SPARK_STATESTORE_FAULT": "rescale:after-partition", "TMPDIR": str(scratch)}
+    script = os.path.join(os.path.dirname(__file__), "rescale_workload.py")
+    for _ in range(2):
+        killed = subprocess.run([sys.executable, script, "rescale", location, "7"], env=env, capture_output=True)
+        assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    assert len(os.listdir(scratch)) == 1  # the first one's was removed by the second
+    assert len(os.listdir(os.path.join(location, "statestore", "_rescale"))) == 1
+    assert rescale(location, 7, workdir=str(scratch)).partitions == 7
+    assert os.listdir(scratch) == [] and os.listdir(os.path.join(location, "statestore", "_rescale")) == []
+
+
+def _memory_limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
+@pytest.mark.parametrize("where", ["layout", "offsets"])
+def test_a_huge_partition_count_in_a_durable_file_fails_fast_naming_it(tmp_path, where):
+    """10**12 partitions recorded: refused before anything is sized by it (no allocation)."""
+    location, _ = _query(tmp_path, batches=1)
+    if where == "layout":
+        with open(os.path.join(location, "statestore", "_layout"), "w") as f:
+            json.dump({"partitions": 10**12, "stores": {s.name: s.as_dict() for s in w.SPECS}}, f)
+        named = r"statestore/_layout .*partitions must be at most 10000, got 1000000000000"
+    else:
+        _offsets(location, 1, 10**12)
+        named = r"offsets/0 records spark.sql.shuffle.partitions = 1000000000000"
+    for command in (["verify", location], ["read", location, "--store", "totals"]):
+        err = subprocess.run([sys.executable, "-m", "spark_statestore", *command], capture_output=True, text=True,
+                             timeout=120, preexec_fn=_memory_limit)  # unfixed: a MemoryError, not the machine's
+        assert err.returncode in (1, 2) and re.search(named, err.stdout + err.stderr), err.stdout + err.stderr
+
+
+def test_claims_on_an_object_store_let_one_rescale_through(s3_endpoint, bucket):
+    """On S3 (moto), where there are no file locks: a claim made while another is held is
+    refused and leaves nothing behind; crafted or unreadable claims block, naming the file."""
+    import pyarrow.fs as pafs
+
+    from spark_statestore.partition.rescale_claim import RescaleClaim
+
+    fs = pafs.S3FileSystem(endpoint_override=s3_endpoint, scheme="http")
+    root, where = f"{bucket}/query", f"s3://{bucket}/query"
+    listing = pafs.FileSelector(f"{root}/statestore/_rescale", allow_not_found=True)
+    with RescaleClaim(fs, root, where, "first") as first:
+        with pytest.raises(RescaleClaimedError, match=r"_rescale/\w+\.claim.*first"):
+            RescaleClaim(fs, root, where, "second").__enter__()
+        assert [i.base_name for i in fs.get_file_info(listing)] == [first.name]
+        first.check_held()
+    assert fs.get_file_info(listing) == []
+    with fs.open_output_stream(f"{root}/statestore/_rescale/crafted.claim") as out:
+        out.write(b"\xff not json")
+    with pytest.raises(RescaleClaimedError, match=r"crafted\.claim.*unreadable"):
+        RescaleClaim(fs, root, where, "third").__enter__()
+    fs.delete_file(f"{root}/statestore/_rescale/crafted.claim")
+    with RescaleClaim(fs, root, where, "fourth") as fourth:
+        fs.delete_file(f"{root}/statestore/_rescale/{fourth.name}")  # an operator took it for a killed one's
+        with pytest.raises(RescaleClaimedError, match="was removed while it ran"):
+            fourth.check_held()

@@ -21,6 +21,19 @@ from typing import Any, Sequence
 from spark_statestore.checkpoint.names import GENERATION_PREFIX
 from spark_statestore.validation import check_int
 
+# The most partitions a state may have: far above any real query's count, and every count
+# read from a durable file is held to it before it sizes anything (a crafted `_layout` or
+# offset log entry saying 10**12 is refused, not iterated).
+MAX_PARTITIONS = 10_000
+
+
+def check_partitions(value: Any, name: str = "partitions") -> int:
+    """A partition count: an int in 1..MAX_PARTITIONS (`TypeError`/`ValueError` naming it)."""
+    value = check_int(value, name, 1)
+    if value > MAX_PARTITIONS:
+        raise ValueError(f"{name} must be at most {MAX_PARTITIONS}, got {value}")
+    return value
+
 
 @dataclass(frozen=True)
 class Generation:
@@ -46,7 +59,7 @@ class Generation:
             raise TypeError(f"a generation's partitions must be an int, got {partitions!r}")
         return Generation(
             check_int(data["generation"], "generation", 0),
-            None if partitions is None else check_int(partitions, "partitions", 1),
+            None if partitions is None else check_partitions(partitions),
             check_int(data["base"], "base", -1),
         )
 

@@ -21,9 +21,8 @@ import pyarrow.fs as pafs
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import QUERY_LAYOUT, statestore_dir
 from spark_statestore.errors import CorruptStateError, StateStoreError
-from spark_statestore.partition.generations import Generation, check_history
+from spark_statestore.partition.generations import Generation, check_history, check_partitions
 from spark_statestore.stores.spec import StoreSpec
-from spark_statestore.validation import check_int
 
 
 class LayoutMismatchError(StateStoreError, ValueError):
@@ -53,7 +52,7 @@ class Layout:
         if len(set(names)) != len(names):
             raise ValueError(f"stores must have distinct names, got {names}")
         if partitions is not None:
-            partitions = check_int(partitions, "partitions", 1)
+            partitions = check_partitions(partitions)
         return Layout(tuple(stores), partitions)
 
     @property
@@ -91,7 +90,7 @@ class Layout:
             if partitions is not None:
                 if type(partitions) is not int:
                     raise TypeError(f"partitions must be recorded as an int, got {partitions!r}")
-                partitions = check_int(partitions, "partitions", 1)
+                partitions = check_partitions(partitions)
             generations = data.get("generations", [])
             if not isinstance(generations, list):
                 raise TypeError(f"generations must be a list, got {generations!r:.100}")

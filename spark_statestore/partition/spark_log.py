@@ -18,7 +18,8 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import number_of
-from spark_statestore.errors import StateStoreError
+from spark_statestore.errors import CorruptStateError, StateStoreError
+from spark_statestore.partition.generations import MAX_PARTITIONS
 from spark_statestore.partition.reading import StateLocation
 
 OFFSETS = "offsets"
@@ -55,15 +56,15 @@ def spark_partitions(location: str, batch: int, filesystem: pafs.FileSystem | No
     try:
         lines = durable.read_bytes(str(batch)).decode("utf-8", "replace").splitlines()
         conf = json.loads(lines[1]).get("conf", {}) if len(lines) > 1 else {}
-        return int(conf[SHUFFLE_PARTITIONS]) if SHUFFLE_PARTITIONS in conf else None
-    except (FileNotFoundError, ValueError, AttributeError):
+        count = int(conf[SHUFFLE_PARTITIONS]) if SHUFFLE_PARTITIONS in conf else None
+    except (FileNotFoundError, ValueError, AttributeError, TypeError):
         return None
-
-
-def newest_version_at_or_below(state: StateLocation, partition: int, version: int) -> int | None:
-    """The newest durable version (changelog or snapshot) of a partition at or below `version`."""
-    changelogs, snapshots = state.versions(partition)
-    return max((v for v in changelogs + snapshots if v <= version), default=None)
+    if count is not None and count > MAX_PARTITIONS:  # before it sizes anything
+        raise CorruptStateError(
+            f"{durable.uri(str(batch))} records {SHUFFLE_PARTITIONS} = {count}, above the {MAX_PARTITIONS} "
+            f"partitions a state may have"
+        )
+    return count
 
 
 def check_stopped(state: StateLocation) -> int:
