@@ -18,6 +18,7 @@ import pytest
 
 import rescale_workload as w
 from spark_statestore import Serdes, faults
+from spark_statestore.checkpoint.filesystem import NotAFileError
 from spark_statestore.partition import read_query_layout
 from spark_statestore.partition.layout import LayoutMismatchError
 from spark_statestore.partition.rescale import RescaleError, rescale
@@ -327,13 +328,19 @@ def _fifo_changelog(location: str) -> None:
     os.mkfifo(path)
 
 
-@pytest.mark.parametrize("damage", [_damage_changelog, _damage_partition, _fifo_changelog],
-                         ids=["changelog", "partition", "fifo"])
-def test_a_rescale_over_missing_files_is_refused_changing_nothing(tmp_path, damage):
+# a FIFO is refused by the listing every read starts with (it names the file and what it is)
+REFUSED = r"partition \d of the state .* cannot be read at batch 2.*nothing was changed"
+
+
+@pytest.mark.parametrize(("damage", "error", "message"), [
+    (_damage_changelog, RescaleError, REFUSED), (_damage_partition, RescaleError, REFUSED),
+    (_fifo_changelog, NotAFileError, r"statestore/3/2\.changelog is a FIFO, not a regular file"),
+], ids=["changelog", "partition", "fifo"])
+def test_a_rescale_over_missing_files_is_refused_changing_nothing(tmp_path, damage, error, message):
     location, _ = _query(tmp_path)
     _offsets(location, 3, 4)
     damage(location)
-    with pytest.raises(RescaleError, match=r"partition \d of the state .* cannot be read at batch 2.*nothing was changed"):
+    with pytest.raises(error, match=message):
         rescale(location, 7)
     assert main(["rescale", location, "7"], io.StringIO()) == 2  # the CLI: exit 2, not 0
     assert read_query_layout(location).partitions is None
