@@ -9,9 +9,11 @@ Bundles:
   own `jars/` lacks, as a user's `--packages` would add them (jars pyspark already ships,
   such as zstd or slf4j, are left out so the classpath holds one copy of each).
 
-Maven Central as served here lacks the connector of some patch releases (and of 4.3 entirely,
-checked on 2026-11-28: 4.3.0's jar is missing); CONNECTORS names the version fetched for
-each minor, the newest patch of that minor whose jar and dependencies resolve, or None.
+Maven Central as served here (checked on 2026-11-28) has no whole connector for most patch
+releases: the jars of 4.0.5, 4.1.4, 4.2.1 and 4.3.0 are missing (4.3 has none at all), those
+of 4.0.1, 4.0.2 and 4.1.0 have only their POM, and 4.0.3, 4.0.4, 4.1.2 and 4.1.3 lack their
+spark-token-provider-kafka dependency. CONNECTORS names, for each minor, the newest patch whose
+jar and dependencies resolve (a patch of the same minor as the installed pyspark), or None.
 
     python maven/fetch.py kafka-broker spark-kafka-4.2     # fetch (no-op when present)
     python maven/fetch.py --path spark-kafka-4.2            # print the bundle's folder
