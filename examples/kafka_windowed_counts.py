@@ -155,14 +155,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.fresh:
         shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir, exist_ok=True)
-    kafka = None
-    if args.bootstrap is None:
-        print("starting a local Kafka broker (Apache Kafka's jars, fetched with Maven the first time)...")
-        kafka = LocalKafka(os.path.join(args.workdir, "kafka")).start()
-        bootstrap = kafka.bootstrap
-    else:
-        kafka = KafkaTopics(args.bootstrap)
-        bootstrap = args.bootstrap
+    if args.bootstrap is not None:
+        run(args, KafkaTopics(args.bootstrap))
+        return
+    print("starting a local Kafka broker (Apache Kafka's jars, fetched with Maven the first time)...")
+    with LocalKafka(os.path.join(args.workdir, "kafka")) as kafka:  # stopped however the run ends
+        run(args, kafka)
+
+
+def run(args: argparse.Namespace, kafka: KafkaTopics) -> None:
+    """Make the topics, feed the stream, run the job until it caught up, show the output."""
+    bootstrap = kafka.bootstrap
     for topic in (args.topic, args.output_topic):
         if kafka.partitions(topic) == 0:
             kafka.create_topic(topic, args.partitions)
@@ -205,8 +208,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {window['key']:<10} {window['kind']:<9} [{window['window_start']:>7}, {window['window_end']:>7}) "
               f"count {window['count']}")
     spark.stop()
-    if args.bootstrap is None:
-        kafka.stop()
+
+
 
 
 if __name__ == "__main__":

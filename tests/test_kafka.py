@@ -262,3 +262,21 @@ def test_a_driver_killed_mid_batch_restarts_every_adapter_exactly_once(spark, ka
     expected = kafka_jobs.expected_totals(kafka.records(topic))
     for adapter, checkpoint in checkpoints.items():
         assert kafka_jobs.state_totals(spark, checkpoint) == expected, adapter
+
+
+def test_the_kafka_example_runs_as_documented_and_stops_its_broker(tmp_path):
+    """`./dev example --kafka` is this script with no arguments but size: it starts its own
+    broker, feeds the stream while the job runs, shows the output topic and stops the broker."""
+    workdir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, os.path.join(os.path.dirname(HERE), "examples", "kafka_windowed_counts.py"),
+         "--workdir", str(workdir), "--ticks", "6", "--events-per-tick", "100", "--interval", "0.2"],
+        capture_output=True, text=True, timeout=600, check=False,
+        env=dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable),
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    shown = [line for line in done.stdout.splitlines() if line.startswith("window-counts: ")]
+    assert shown and int(shown[0].split()[1]) > 0, done.stdout[-2000:]
+    assert "produced tick   5" in done.stdout
+    brokers = subprocess.run(["pgrep", "-f", str(workdir / "kafka")], capture_output=True, text=True, check=False)
+    assert brokers.stdout.strip() == "", "the example's broker outlived it"
