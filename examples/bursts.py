@@ -1,9 +1,9 @@
 """A bursty stream into a stateful query, for the early trigger (benchmark and notebook).
 
-A feeder writes one parquet file (or, with `kafka=`, one round of records to a Kafka topic
-read by Spark's Kafka source, each record's timestamp its arrival) per second (`rate` rows each: page views of `keys`
-keys, each row stamped with the time its file was written), and ten files per second
-during the burst. A per-partition query (`partition_function`: a running count per key,
+A feeder writes one parquet file per second (`rate` rows each: page views of `keys`
+keys, each row stamped with the time its file was written; with `kafka=`, one round of
+records to a Kafka topic read by Spark's Kafka source, each record's timestamp its
+arrival), and ten a second during the burst. A per-partition query (`partition_function`: a running count per key,
 one `get_all` and one `put_columns` per Arrow batch) reads them with a processing-time
 trigger and takes whatever arrived. `run_burst(...)` runs it once, with the early trigger
 on or off, and returns the per-batch metrics (with the driver's early-trigger decisions from

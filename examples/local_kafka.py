@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 ROOT = Path(__file__).resolve().parent.parent
 # the clients' own log lines (a broker being restarted refuses connections for a while) go to
@@ -54,7 +54,8 @@ def broker_jars() -> list[Path]:
     return _maven().fetch("kafka-broker")
 
 
-def _installed_minor() -> str:
+def installed_minor() -> str:
+    """The installed pyspark's minor version (4.2 for 4.2.1)."""
     import pyspark
 
     return ".".join(pyspark.__version__.split(".")[:2])
@@ -63,13 +64,13 @@ def _installed_minor() -> str:
 def connector_version(minor: str | None = None) -> str | None:
     """The version of Spark's Kafka connector fetched for pyspark `minor` (default: the
     installed one's), or None where Maven Central as served here has none."""
-    return _maven().CONNECTORS.get(minor or _installed_minor())
+    return _maven().CONNECTORS.get(minor or installed_minor())
 
 
 def connector_jars(minor: str | None = None) -> list[Path] | None:
     """Spark's Kafka connector and its dependencies for pyspark `minor` (default: the
     installed one's), fetched with Maven when missing; None where none is served."""
-    bundle = _maven().connector_bundle(minor or _installed_minor())
+    bundle = _maven().connector_bundle(minor or installed_minor())
     return None if bundle is None else _maven().fetch(bundle)
 
 
@@ -241,7 +242,7 @@ class LocalKafka(KafkaTopics):
         classpath = os.pathsep.join(str(jar) for jar in broker_jars())
         return ["java", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-cp", classpath, main, *args]
 
-    def start(self) -> LocalKafka:
+    def start(self) -> Self:
         """Start the broker (formatting its storage the first time) and wait until it serves."""
         if self.process is not None and self.process.poll() is None:
             return self

@@ -34,7 +34,7 @@ def kafka_connector() -> tuple[str | None, str]:
     version = local_kafka.connector_version()
     if version is None:
         return None, (f"Maven Central as served here has no spark-sql-kafka-0-10_2.13 for pyspark "
-                      f"{local_kafka._installed_minor()} (README: pyspark versions)")
+                      f"{local_kafka.installed_minor()} (README: pyspark versions)")
     try:
         jars = local_kafka.connector_jars()
     except Exception as error:  # a Spark session without it still serves every other test
@@ -280,7 +280,7 @@ def pytest_collection_modifyitems(config, items):
 _ROTATED = pytest.StashKey[list]()
 
 
-def connect_rotation(modules: list[str], day: int | None = None) -> set[str]:
+def connect_rotation(modules: list[str]) -> set[str]:
     """The modules of `classic_only` tests whose Connect variants run in this run: all with
     SPARK_STATESTORE_CONNECT_ALL=1, else one on the newest pyspark minor, by the day of the
     year (every module in turn), and none on the others."""
@@ -295,8 +295,7 @@ def connect_rotation(modules: list[str], day: int | None = None) -> set[str]:
         return set()  # the newest minor's run only: the others run their versioned tests
     import datetime
 
-    day = datetime.date.today().timetuple().tm_yday if day is None else day
-    return {names[day % len(names)]}
+    return {names[datetime.date.today().timetuple().tm_yday % len(names)]}
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -52,9 +52,9 @@ class KafkaTotals(StoreProcessor):
         added = sum(1 for _ in rows) if self.rows else sum(len(frame) for frame in rows)
         total = (store.get(key[0]) or 0) + added
         store.put(key[0], total)
-        batch, attempt = spark_jobs._task()
+        batch, attempt = spark_jobs.task_attempt()
         hold(self._config.checkpoint_location, batch, self.hold_in)
-        spark_jobs._maybe_fail(batch, attempt, self.raise_in, self.kill_in, self._config.checkpoint_location)
+        spark_jobs.maybe_fail(batch, attempt, self.raise_in, self.kill_in, self._config.checkpoint_location)
         if self.rows:
             from pyspark.sql import Row
 
@@ -71,7 +71,7 @@ def _held(fn: Any, checkpoint: str, hold_in: Any) -> Any:
         return fn
 
     def held(*args: Any) -> Any:
-        hold(checkpoint, spark_jobs._task()[0], hold_in)
+        hold(checkpoint, spark_jobs.task_attempt()[0], hold_in)
         return fn(*args)
 
     return held

@@ -88,14 +88,17 @@ def injected(checkpoint: str, what: str) -> set[int]:
     return {int(n.split("-")[1]) for n in names if n.startswith(what + "-")}
 
 
-def _task() -> tuple[int, int]:
+def task_attempt() -> tuple[int, int]:
+    """The running task's batch id and attempt number."""
     from pyspark import TaskContext
 
     context = TaskContext.get()
     return int(context.getLocalProperty("streaming.sql.batchId")), context.attemptNumber()
 
 
-def _maybe_fail(batch: int, attempt: int, raise_in, kill_in, checkpoint: str | None) -> None:
+def maybe_fail(batch: int, attempt: int, raise_in, kill_in, checkpoint: str | None) -> None:
+    """In the first attempt of a batch of `raise_in`, raise; of `kill_in`, SIGKILL the worker
+    (leaving a trace of each under the checkpoint's parent when one is given)."""
     from pyspark import TaskContext
 
     partition = TaskContext.get().partitionId()
@@ -114,13 +117,13 @@ def group_totals(raise_in=(), kill_in=(), checkpoint=None):
     import pandas as pd
 
     def totals(key, frames, group_state, stores):
-        batch, attempt = _task()
+        batch, attempt = task_attempt()
         store = stores["totals"]
         total = (store.get(key[0]) or 0) + sum(len(frame) for frame in frames)
         store.put(key[0], total)
         calls = group_state.get[0] + 1 if group_state.exists else 1
         group_state.update((calls,))
-        _maybe_fail(batch, attempt, raise_in, kill_in, checkpoint)
+        maybe_fail(batch, attempt, raise_in, kill_in, checkpoint)
         yield pd.DataFrame({"key": [key[0]], "total": [total], "batch_id": [batch], "calls": [calls]})
 
     return totals
@@ -131,14 +134,14 @@ def partition_totals(raise_in=(), kill_in=(), checkpoint=None):
     from collections import Counter
 
     def totals(batches, stores):
-        batch_id, attempt = _task()
+        batch_id, attempt = task_attempt()
         counts = stores["totals"]
         for batch in batches:
             added = Counter(batch.column("key").to_pylist())
             keys = list(added)
             current = counts.get_all(keys)
             counts.put_columns(keys, [(c or 0) + added[k] for c, k in zip(current, keys, strict=True)])
-            _maybe_fail(batch_id, attempt, raise_in, kill_in, checkpoint)
+            maybe_fail(batch_id, attempt, raise_in, kill_in, checkpoint)
         return iter(())
 
     return totals
@@ -155,7 +158,7 @@ def partition_window_counts(size_ms: int, raise_in=(), checkpoint=None):
     import pyarrow as pa
 
     def counts(batches, stores):
-        batch_id, attempt = _task()
+        batch_id, attempt = task_attempt()
         windows = stores["windows"]
         held = list(batches)  # the partition's rows, counted at once
         if held:
@@ -167,7 +170,7 @@ def partition_window_counts(size_ms: int, raise_in=(), checkpoint=None):
             keys, starts = grouped.column("key"), grouped.column("start")
             current = np.array([c or 0 for c in windows.get_all(keys, starts)], dtype=np.int64)
             windows.put_columns(keys, current + grouped.column("key_count").to_numpy(), starts)
-            _maybe_fail(batch_id, attempt, raise_in, (), checkpoint)
+            maybe_fail(batch_id, attempt, raise_in, (), checkpoint)
         if stores.watermark >= size_ms:  # emitted windows expire by the next batch: no deletes
             closed = windows.fetch_all_columns(0, stores.watermark - size_ms)
             if closed.keys:

@@ -54,13 +54,17 @@ def _kv_batches(checkpoint: str, partition: int, local: str, batches: int) -> li
     return specs
 
 
-def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
+def _fresh_after_crafting(s3_endpoint, bucket, tmp_path, partition: int, batches: int, key: str, body: bytes):
+    """A partition of `batches` batches on S3 with the object `key` crafted under the
+    query's prefix, and a PartitionState that restores it on a fresh local directory."""
     checkpoint = location(s3_endpoint, bucket)
-    specs = _kv_batches(checkpoint, 7, str(tmp_path / "local"), 3)
-    boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(
-        Bucket=bucket, Key="query/statestore/7/1.changelog", Body=b"not a changelog"
-    )
-    state = PartitionState(checkpoint, 7, specs, WorkerResources(str(tmp_path / "fresh")))
+    specs = _kv_batches(checkpoint, partition, str(tmp_path / "local"), batches)
+    boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(Bucket=bucket, Key=f"query/{key}", Body=body)
+    return PartitionState(checkpoint, partition, specs, WorkerResources(str(tmp_path / "fresh")))
+
+
+def test_damaged_s3_changelog_is_named(s3_endpoint, bucket, tmp_path):
+    state = _fresh_after_crafting(s3_endpoint, bucket, tmp_path, 7, 3, "statestore/7/1.changelog", b"not a changelog")
     with pytest.raises(MissingStateError, match=rf"s3://{bucket}/query/statestore/7/1\.changelog \(version 1\)"):
         state.open(3)
 
@@ -84,11 +88,6 @@ def test_a_changelog_name_that_is_a_directory_on_s3_is_named_not_missing(s3_endp
     changelog's name one, which a restore names instead of taking the changelog for not kept."""
     from spark_statestore.checkpoint.filesystem import NotAFileError
 
-    checkpoint = location(s3_endpoint, bucket)
-    specs = _kv_batches(checkpoint, 3, str(tmp_path / "local"), 2)
-    boto3.client("s3", endpoint_url=f"http://{s3_endpoint}").put_object(
-        Bucket=bucket, Key="query/statestore/3/2.changelog/stray", Body=b"x"
-    )
-    state = PartitionState(checkpoint, 3, specs, WorkerResources(str(tmp_path / "fresh")))
+    state = _fresh_after_crafting(s3_endpoint, bucket, tmp_path, 3, 2, "statestore/3/2.changelog/stray", b"x")
     with pytest.raises(NotAFileError, match=rf"s3://{bucket}/query/statestore/3/2\.changelog is a directory"):
         state.open(2)

@@ -200,9 +200,14 @@ final class Admission {
 
     private LimitChange decide(SparkDataStream stream, Source source, StreamingQueryProgress progress, Signal top,
                                boolean crossed) {
+        SourceProgress read = progressOf(stream, progress);
+        if (read == null) {
+            return null; // the source is not in this batch's progress: nothing measured
+        }
         long admitted;
         try {
-            admitted = admitted(stream, source.unit, progress);
+            admitted = source.unit.equals("files")
+                    ? ReadLimits.filesAdmitted(stream, read.startOffset(), read.endOffset()) : read.numInputRows();
         } catch (ReflectiveOperationException | RuntimeException e) {
             explainOnce(stream + "/count", "cannot count what source " + stream + " admitted: " + QueryTriggers.cause(e));
             return null;
@@ -214,7 +219,7 @@ final class Admission {
         // its partitions, rounding each share down: up to a row per partition less), or the
         // source reported more available than it read
         boolean cutShort = source.limit > 0
-                && (admitted >= source.limit - roundingSlack(stream, progress) || leftBehind(stream, progress));
+                && (admitted >= source.limit - roundingSlack(stream, read) || leftBehind(read));
         double perUnit = (double) top.uncommittedBytes() / admitted;
         long units = perUnit <= 0 ? Long.MAX_VALUE
                 : (long) Math.max(1, Math.floor(headroom * top.limit() / perUnit / sources.size()));
@@ -265,43 +270,32 @@ final class Admission {
         return change;
     }
 
-    /** A partition's entry in a Kafka source's offset JSON ({"topic":{"0":12,"1":40}}). */
-    private static final java.util.regex.Pattern KAFKA_PARTITION = java.util.regex.Pattern.compile("\"\\d+\"\\s*:");
-
-    private static long admitted(SparkDataStream stream, String unit, StreamingQueryProgress progress)
-            throws ReflectiveOperationException {
+    /** This batch's progress of {@code stream}, or null. */
+    private static SourceProgress progressOf(SparkDataStream stream, StreamingQueryProgress progress) {
         for (SourceProgress source : progress.sources()) {
             if (source.description().equals(stream.toString())) {
-                return unit.equals("files") ? ReadLimits.filesAdmitted(stream, source.startOffset(), source.endOffset())
-                        : source.numInputRows();
+                return source;
             }
         }
-        return 0;
+        return null;
     }
 
     /** Rows a Kafka source may take below a binding row limit: one per topic partition it read. */
-    private static long roundingSlack(SparkDataStream stream, StreamingQueryProgress progress) {
-        if (!stream.getClass().getSimpleName().startsWith("Kafka")) {
+    private static long roundingSlack(SparkDataStream stream, SourceProgress read) {
+        if (!stream.getClass().getSimpleName().startsWith("Kafka") || read.endOffset() == null) {
             return 0;
         }
-        for (SourceProgress source : progress.sources()) {
-            if (source.description().equals(stream.toString()) && source.endOffset() != null) {
-                return KAFKA_PARTITION.matcher(source.endOffset()).results().count();
-            }
-        }
-        return 0;
+        return KAFKA_PARTITION.matcher(read.endOffset()).results().count();
     }
 
     /** True when the batch ended before the newest offset the source reported available. */
-    private static boolean leftBehind(SparkDataStream stream, StreamingQueryProgress progress) {
-        for (SourceProgress source : progress.sources()) {
-            if (source.description().equals(stream.toString())) {
-                String latest = source.latestOffset();
-                return latest != null && !latest.equals("null") && !latest.equals(source.endOffset());
-            }
-        }
-        return false;
+    private static boolean leftBehind(SourceProgress read) {
+        String latest = read.latestOffset();
+        return latest != null && !latest.equals("null") && !latest.equals(read.endOffset());
     }
+
+    /** A partition's entry in a Kafka source's offset JSON ({"topic":{"0":12,"1":40}}). */
+    private static final java.util.regex.Pattern KAFKA_PARTITION = java.util.regex.Pattern.compile("\"\\d+\"\\s*:");
 
     private void explainOnce(String what, String why) {
         if (explained.add(what)) {
