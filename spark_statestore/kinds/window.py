@@ -17,14 +17,13 @@ from spark_statestore.serde import unescape
 from spark_statestore.stores.kinds import StoreKind
 from spark_statestore.stores.memory_window import InMemoryWindowStore
 from spark_statestore.stores.migration import migrate_windows
-from spark_statestore.stores.persistent_window import STREAM_TIME_KEY
+from spark_statestore.stores.persistent_window import STREAM_TIME_KEY, RocksDBWindowStore
 from spark_statestore.stores.protocol import KindSpec
 from spark_statestore.stores.spec import WINDOW, Clock, WindowSpec
 from spark_statestore.stores.typed import TypedWindowStore
 from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.stores.window_layout import ws_bytes
 from spark_statestore.txn.stores import TransactionalWindowStore
-from spark_statestore.txn.views import FollowingWindowStore
 from spark_statestore.validation import MAX_TIME
 
 if TYPE_CHECKING:  # Arrow is imported where columns are built: a store user needs no pandas
@@ -33,6 +32,15 @@ if TYPE_CHECKING:  # Arrow is imported where columns are built: a store user nee
 
 _DATA_KEYS_END = b"\x80"  # the store's bookkeeping keys start at 0xff
 _UNCHANGED = object()
+
+
+class FollowingWindowStore(RocksDBWindowStore):
+    """A window store that reads the stream time from its keyspace on every use, so a
+    view follows the writer's (or the committed) stream time."""
+
+    @property
+    def observed_stream_time(self) -> int:
+        return self._persisted_stream_time()
 
 
 class WindowKind(StoreKind):

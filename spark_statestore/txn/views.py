@@ -20,7 +20,6 @@ from typing import Any, Iterator
 
 from spark_statestore.errors import StateStoreError
 from spark_statestore.stores.keyspace import ColumnFamilyKeySpace, KeySeeker
-from spark_statestore.stores.persistent_window import RocksDBWindowStore
 from spark_statestore.stores.kinds import StoreKind
 from spark_statestore.txn.isolation import IsolationLevel
 from spark_statestore.txn.keyspace import TransactionalKeySpace
@@ -173,15 +172,6 @@ class ThreadBoundSeeker:
     def more(self, upper: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         self._check()
         return self._inner.more(upper, limit)
-
-
-class FollowingWindowStore(RocksDBWindowStore):
-    """A window store that reads the stream time from its keyspace on every use, so a
-    view follows the writer's (or the committed) stream time."""
-
-    @property
-    def observed_stream_time(self) -> int:
-        return self._persisted_stream_time()
 
 
 class ReadOnlyView:
