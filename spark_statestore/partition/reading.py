@@ -40,6 +40,7 @@ from spark_statestore.partition.metadata import EMPTY, VersionId
 from spark_statestore.partition.history import DurableHistory
 from spark_statestore.partition.plan import RestorePlan
 from spark_statestore.partition.recovery import Recovery, check_changelog_layout
+from spark_statestore.partition.spark_log import newest_planned_batch, spark_partitions
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.stores.ttl import with_ttl
@@ -104,9 +105,6 @@ class StateLocation:
         counts = [g.partitions for g in self.layout.history if g.number == self.generation_number]
         count = counts[0] if counts else None
         if count is None and self.generation_number == 0:
-            # imported here: spark_log reads a StateLocation
-            from spark_statestore.partition.spark_log import newest_planned_batch, spark_partitions
-
             planned = newest_planned_batch(self.location, self.filesystem)
             count = None if planned is None else spark_partitions(self.location, planned, self.filesystem)
         listed = self.partitions
