@@ -1,7 +1,7 @@
 """`DurableHistory`: a partition's durable versions as one listing shows them.
 
-A load lists the partition's durable directory once (and again only when files vanish
-under it): the changelogs by version, the snapshot versions, and, for versions that a late
+A load lists the partition's durable directory once (`files.PartitionFiles`; again only
+when files vanish under it): the changelogs by version, the snapshot versions, and, for versions that a late
 attempt published over, which file the next version builds on (`follow_chain`). The ids
 of durable changelogs are read from their trailers as they are needed, once each.
 
@@ -15,7 +15,8 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.changelog import durable_changelog_header, durable_changelog_id, follow_chain
 from spark_statestore.checkpoint.filesystem import DurableDir
-from spark_statestore.checkpoint.names import changelog_name, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.files import PartitionFiles
+from spark_statestore.checkpoint.names import changelog_name
 from spark_statestore.checkpoint.snapshots import read_manifest
 from spark_statestore.errors import CorruptStateError
 from spark_statestore.partition.metadata import VersionId
@@ -32,28 +33,20 @@ class Vanished(StaleCopy):
 class DurableHistory:
     """The durable changelogs and snapshots of a partition, as listed once (see module docstring)."""
 
-    def __init__(
-        self,
-        durable: DurableDir,
-        partition: int,
-        changelogs: dict[int, pafs.FileInfo],
-        snapshots: list[int],
-        chosen: dict[int, tuple[str, int]],
-    ) -> None:
-        self.durable = durable
+    def __init__(self, files: PartitionFiles, partition: int, chosen: dict[int, tuple[str, int]]) -> None:
+        self.files = files  # the listing
+        self.durable = files.durable
         self.partition = partition
-        self.changelogs = changelogs  # version -> file info
-        self.snapshots = snapshots  # ascending
+        self.changelogs: dict[int, pafs.FileInfo] = files.changelogs  # version -> file info
+        self.snapshots = files.snapshots  # ascending
         self._chosen = chosen  # versions whose set-aside file is on the chain
         self._ids = {version: ident for version, (_, ident) in chosen.items()}  # durable ids read so far
 
     @staticmethod
     def read(durable: DurableDir, partition: int, head: int) -> DurableHistory:
         """List `durable` (of `partition`), following the chain of identities down from version `head`."""
-        changelogs, asides = list_changelogs(durable)
-        snapshots = snapshot_versions(durable)
-        chosen = follow_chain(durable, changelogs, asides, head)
-        return DurableHistory(durable, partition, changelogs, snapshots, chosen)
+        files = PartitionFiles.read(durable)
+        return DurableHistory(files, partition, follow_chain(durable, files.changelogs, files.asides, head))
 
     def name(self, version: int) -> str:
         """The durable file of `version` on the chain (normally `N.changelog`)."""

@@ -20,15 +20,13 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.files import PartitionFiles
 from spark_statestore.checkpoint.names import (
     changelog_name,
-    changelog_versions,
     commits_dir,
     generation_dir,
-    list_changelogs,
     number_of,
     partition_dir,
-    snapshot_versions,
     statestore_dir,
 )
 from spark_statestore.errors import CorruptStateError, MissingStateError, StateStoreError
@@ -131,8 +129,8 @@ class StateLocation:
 
     def versions(self, partition: int) -> tuple[list[int], list[int]]:
         """The durable changelog versions and snapshot versions of a partition."""
-        durable = self.durable(partition)
-        return sorted(changelog_versions(durable)), snapshot_versions(durable)
+        files = PartitionFiles.read(self.durable(partition))
+        return sorted(files.changelogs), files.snapshots
 
 
 def change_count(state: StateLocation, version: int) -> int:
@@ -314,7 +312,7 @@ def change_columns(
     committed = state.committed_batch()
     head = end if committed is None else max(end, committed)
     if committed is None:  # without a commit log: the newest durable version decides
-        head = max(list_changelogs(durable)[0], default=end)
+        head = max(PartitionFiles.read(durable).changelogs, default=end)
     history = DurableHistory.read(durable, partition, head)
     layout = Layout(state.layout.stores, None)
     below: VersionId | None = VersionId(-1, EMPTY.id) if start == 0 else None  # what `start` builds on
