@@ -5,8 +5,8 @@ when files vanish under it): the changelogs by version, the snapshot versions, a
 attempt published over, which file the next version builds on (`follow_chain`). The ids
 of durable changelogs are read from their trailers as they are needed, once each.
 
-`StaleCopy` says a copy cannot be brought to the wanted version (it is rebuilt instead);
-`Vanished` that a file listed a moment ago is gone (list again and start over).
+It is the `plan.History` that plans are made from. `Vanished` (a `plan.StaleCopy`) says a
+file listed a moment ago is gone (list again and start over).
 """
 
 from __future__ import annotations
@@ -20,10 +20,7 @@ from spark_statestore.checkpoint.names import changelog_name
 from spark_statestore.checkpoint.snapshots import read_manifest
 from spark_statestore.errors import CorruptStateError
 from spark_statestore.partition.metadata import VersionId
-
-
-class StaleCopy(Exception):
-    """The local copy cannot be brought to the wanted version (it is rebuilt instead)."""
+from spark_statestore.partition.plan import StaleCopy
 
 
 class Vanished(StaleCopy):

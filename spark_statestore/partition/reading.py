@@ -35,6 +35,7 @@ from spark_statestore.partition.generations import serving
 from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, VersionId
+from spark_statestore.partition.place import PartitionPlace
 from spark_statestore.partition.history import DurableHistory
 from spark_statestore.partition.plan import RestorePlan
 from spark_statestore.partition.recovery import Recovery, check_changelog_layout
@@ -217,12 +218,10 @@ class VersionReader:
 
     def __enter__(self) -> "VersionReader":
         local = LocalPartitionDir(self._workdir, self.state.location, self.partition)
+        layout = Layout(self.state.layout.stores, None)
+        place = PartitionPlace(self.state.location, self.partition, layout, self.state.durable(self.partition), local)
         recovery = _KeepChangelogs(
-            self.state.durable(self.partition),
-            local,
-            self.partition,
-            Layout(self.state.layout.stores, None),
-            self.state.location,
+            place,
             lambda: TransactionalDatabase(local.db_path, wal=False, uncommitted_max_bytes=-1, replayable=True),
             PartitionMetrics(),
             chunk_bytes=DEFAULT_CHUNK_BYTES,
