@@ -6,8 +6,8 @@ changelogs after it, in order:
 * the local copy, as its metadata describes it (`LocalCopy`), when it provably lies on
   the durable history (`plan_local`);
 * else the newest snapshot at or below `target` that restores, newest first
-  (`snapshot_candidates`), or nothing at all when the history starts from nothing
-  (`check_history_starts_empty`); then `plan_rebuild` from what was restored.
+  (`snapshot_candidates`), or nothing at all when the history starts from nothing;
+  then `plan_rebuild` from what was restored.
 
 Plans are pure: a `History` in (the listing, and the identities it reads for them), a
 `RestorePlan` or a refusal out; nothing here touches a file. Every rule that refuses a
@@ -99,9 +99,20 @@ def snapshot_candidates(history: History, target: int) -> list[int]:
     return [v for v in reversed(history.snapshots) if v <= target]
 
 
-def plan_rebuild(history: History, base: VersionId, target: int, every_batch: bool) -> RestorePlan:
+def plan_rebuild(
+    history: History,
+    base: VersionId,
+    target: int,
+    every_batch: bool,
+    oldest_base: int | None = None,
+    problems: Sequence[str] = (),
+) -> RestorePlan:
     """How a rebuilt copy at `base` (a restored snapshot, or the empty state) reaches
-    `target`; `StaleCopy` naming what is missing if it cannot."""
+    `target`; `StaleCopy` naming what is missing if it cannot. From the empty state, the
+    history must start from nothing (`check_history_starts_empty`, with what its oldest
+    changelog builds on and the `problems` of the snapshots that did not restore)."""
+    if base.version < 0:
+        check_history_starts_empty(history, oldest_base, target, problems)
     plan = RestorePlan(base, _changelogs_after(history, base.version, target, every_batch))
     if plan.reached < target and every_batch:
         raise StaleCopy(_missing_message(history, plan.reached, target))
@@ -121,7 +132,7 @@ def check_identity(history: History, committed: VersionId, what: str) -> None:
 
 
 def check_history_starts_empty(
-    history: History, oldest_base: int | None, target: int, problems: list[str]
+    history: History, oldest_base: int | None, target: int, problems: Sequence[str]
 ) -> None:
     """Rebuilding from nothing is right only if the durable history starts from nothing:
     the oldest changelog (`oldest_base`: the version it builds on; None: there is none)

@@ -59,7 +59,6 @@ from spark_statestore.partition.plan import (
     LocalCopy,
     RestorePlan,
     StaleCopy,
-    check_history_starts_empty,
     check_identity,
     plan_local,
     plan_rebuild,
@@ -149,7 +148,8 @@ class Recovery:
         return db, committed
 
     def _restore(self, history: DurableHistory, target: int) -> tuple[TransactionalDatabase, VersionId]:
-        """Rebuild the local copy: newest usable snapshot at or below `target`, then changelogs."""
+        """Rebuild the local copy: the newest usable snapshot at or below `target` (or
+        nothing), then what `plan_rebuild` says."""
         started = time.perf_counter()
         self.place.local.wipe_db()
         problems: list[str] = []
@@ -166,17 +166,19 @@ class Recovery:
                 if not self.place.durable.exists(manifest_name(version)):
                     raise Vanished(f"snapshot {version} was deleted while it was restored") from e
                 problems.append(str(e))
-        if db is None:
-            oldest = self._changelog(history, min(history.changelogs)).base_version if history.changelogs else None
-            check_history_starts_empty(history, oldest, target, problems)
-            db = self._open_db()
+        oldest = None  # what the oldest changelog builds on, when nothing restored
+        if db is None and history.changelogs:
+            oldest = self._changelog(history, min(history.changelogs)).base_version
         try:
-            committed = self._apply(history, db, plan_rebuild(history, committed, target, self.every_batch))
+            plan = plan_rebuild(history, committed, target, self.every_batch, oldest, problems)
+            if db is None:
+                db = self._open_db()
+            committed = self._apply(history, db, plan)
         except Vanished:
-            db.close()
+            _close(db)
             raise
         except (StaleCopy, CorruptStateError) as e:
-            db.close()
+            _close(db)
             self.place.local.wipe_db()  # nothing half-restored is left for the next open to trust
             detail = f"; snapshots that could not serve: {problems}" if problems else ""
             raise MissingStateError(
@@ -184,7 +186,7 @@ class Recovery:
                 f"{self.place.durable}: {e}{detail}"
             ) from e
         except BaseException:
-            db.close()
+            _close(db)
             raise
         self.metrics.restored = True
         self.metrics.restore_seconds = time.perf_counter() - started
@@ -267,32 +269,15 @@ class Recovery:
         self.metrics.apply_seconds += time.perf_counter() - started
 
     def _changelog(self, history: DurableHistory, version: int) -> Changelog:
-        """A verified changelog of `version`: the local copy when it is the file that was
-        published, else a fresh download. A damaged durable copy raises `CorruptStateError`."""
-        path = self.place.local.changelog(version)
-        name = history.name(version)
-        durable_id = history.durable_id(version)
-        try:
-            local = Changelog(path, version, self.place.partition)
-            if local.id == durable_id:
-                return local
-        except CorruptStateError:
-            pass
-        os.makedirs(self.place.local.changelog_dir, exist_ok=True)
-        try:
-            self.place.durable.download(name, path)
-        except FileNotFoundError as e:
-            raise Vanished(f"changelog {self.place.durable.uri(name)} disappeared") from e
-        self.metrics.changelogs_downloaded += 1
-        try:
-            changelog = Changelog(path, version, self.place.partition, source=self.place.durable.uri(name))
-        except CorruptStateError as e:
-            os.remove(path)
-            raise CorruptStateError(
-                f"the durable changelog of partition {self.place.partition} is damaged: {e}"
-            ) from e
-        history.downloaded(version, changelog.id)  # replaced between the two reads: read it again next time
+        """A verified changelog of `version` (`DurableHistory.changelog`, kept in the local
+        copy's changelog folder)."""
+        changelog, downloaded = history.changelog(version, self.place.local.changelog(version))
+        self.metrics.changelogs_downloaded += downloaded
         return changelog
+
+def _close(db: TransactionalDatabase | None) -> None:
+    if db is not None:
+        db.close()
 
 
 def check_changelog_layout(layout: Layout, changelog: Changelog, location: str, where: str) -> None:
