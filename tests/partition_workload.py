@@ -25,6 +25,8 @@ import random
 import time
 from typing import Any
 
+import pyarrow.fs as pafs
+
 from spark_statestore import Stores, ThreadCache
 from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
 from spark_statestore.partition.open_copies import OpenCopies
@@ -214,3 +216,31 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class LocalAsObjectStore(pafs.FileSystemHandler):
+    """The local filesystem as `DurableDir` sees an object store (puts, no renames, no
+    link checks): wrap it in `pafs.PyFileSystem`; a subclass changes what it reports
+    (`info`) or watches what is asked."""
+
+    def __init__(self) -> None:
+        self.fs = pafs.LocalFileSystem()
+
+    def info(self, info: pafs.FileInfo) -> pafs.FileInfo:
+        return info
+
+    def get_type_name(self): return "local-as-object-store"
+    def normalize_path(self, path): return path
+    def get_file_info(self, paths): return [self.info(i) for i in self.fs.get_file_info(paths)]
+    def get_file_info_selector(self, selector): return [self.info(i) for i in self.fs.get_file_info(selector)]
+    def create_dir(self, path, recursive): self.fs.create_dir(path, recursive=recursive)
+    def delete_dir(self, path): self.fs.delete_dir(path)
+    def delete_dir_contents(self, path, missing_dir_ok=False): self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+    def delete_root_dir_contents(self): raise NotImplementedError
+    def delete_file(self, path): self.fs.delete_file(path)
+    def move(self, src, dest): self.fs.move(src, dest)
+    def copy_file(self, src, dest): self.fs.copy_file(src, dest)
+    def open_input_stream(self, path): return self.fs.open_input_stream(path)
+    def open_input_file(self, path): return self.fs.open_input_file(path)
+    def open_output_stream(self, path, metadata): return self.fs.open_output_stream(path)
+    def open_append_stream(self, path, metadata): return self.fs.open_append_stream(path)

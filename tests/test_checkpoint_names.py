@@ -7,15 +7,16 @@ from __future__ import annotations
 import pytest
 
 from spark_statestore import CorruptStateError
-from spark_statestore.checkpoint import names
+from spark_statestore.checkpoint import files, names
 from spark_statestore.checkpoint.changelog_header import ChangelogHeader, parse_base_id
 
 
 @pytest.mark.parametrize("version", [0, 7, 10**18])
 def test_names_made_parse_back(version):
-    assert names.changelog_version(names.changelog_name(version)) == version
-    assert names.aside_version_and_id(names.aside_name(version, 0xAB)) == (version, 0xAB)
-    assert names.manifest_version(names.manifest_name(version).rsplit("/", 1)[1]) == version
+    assert files.CHANGELOG.parse(names.changelog_name(version)) == version
+    assert files.ASIDE.parse(names.aside_name(version, 0xAB)) == (version, 0xAB)
+    assert files.METRICS.parse(names.metrics_name(version, 0xAB)) == (version, 0xAB)
+    assert files.MANIFEST.parse(names.manifest_name(version).rsplit("/", 1)[1]) == version
     assert names.manifest_name(version) == f"snapshots/{version}.manifest"
     assert names.snapshot_file_name(version, "CURRENT") == f"snapshots/{version}/CURRENT"
     assert names.is_shared_file(names.shared_file_name("ab" * 32, 12))
@@ -25,13 +26,13 @@ def test_names_made_parse_back(version):
     "name", ["007.changelog", "².changelog", "1a.changelog", "-1.changelog", "notes.txt", "3.manifest"]
 )
 def test_names_this_package_does_not_write_are_not_changelogs(name):
-    assert names.changelog_version(name) is None
-    assert names.aside_version_and_id(name) is None
+    assert files.CHANGELOG.parse(name) is None
+    assert files.ASIDE.parse(name) is None
 
 
 def test_other_names_are_refused():
-    assert names.aside_version_and_id("3.00ab.changelog") is None  # the id has 16 hex digits
-    assert names.manifest_version("03.manifest") is None
+    assert files.ASIDE.parse("3.00ab.changelog") is None  # the id has 16 hex digits
+    assert files.MANIFEST.parse("03.manifest") is None
     assert not names.is_shared_file("sst/../x.sst") and not names.is_shared_file(5)
     for bad in ("../x", "a/b", "", ".hidden", None, "x..y"):
         assert not names.is_snapshot_file(bad)

@@ -14,7 +14,8 @@ import pytest
 import partition_workload as wl
 from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.retention import retain
-from spark_statestore.checkpoint.names import aside_name, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.files import PartitionFiles, snapshot_versions
+from spark_statestore.checkpoint.names import aside_name
 from spark_statestore.errors import AttemptSupersededError
 from spark_statestore.faults import injected
 from spark_statestore.partition.layout import Layout, record_query_layout
@@ -65,7 +66,7 @@ def test_a_late_attempt_never_breaks_the_chain_a_later_batch_built_on(dirs, tmp_
     zombie.close()
 
     durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
-    _, asides = list_changelogs(durable)
+    asides = PartitionFiles.read(durable).asides
     assert len(asides.get(3, ())) == 1, "the replaced changelog 3 was not kept"
     for where in ("B", "A", "new-executor"):
         state = wl.partition_state(checkpoint, str(tmp_path / where), **kwargs)
@@ -151,7 +152,7 @@ def test_the_same_changelog_published_twice_keeps_nothing_aside(dirs, tmp_path):
         state.prepare()
         state.close()
     durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
-    assert list_changelogs(durable)[1] == {}
+    assert PartitionFiles.read(durable).asides == {}
 
 
 def test_retention_removes_set_aside_changelogs_with_their_version(dirs, tmp_path):
@@ -163,12 +164,12 @@ def test_retention_removes_set_aside_changelogs_with_their_version(dirs, tmp_pat
     zombie.prepare()
     zombie.close()
     durable = DurableDir(pafs.LocalFileSystem(), os.path.join(checkpoint, "statestore", "0"))
-    (aside_id,) = list_changelogs(durable)[1][3]
+    (aside_id,) = PartitionFiles.read(durable).asides[3]
     assert os.path.exists(os.path.join(durable.root, aside_name(3, aside_id)))
     _commit(checkpoint, 3)
     wl.run(checkpoint, local, 9, snapshot_interval=2, min_batches_to_retain=2)
-    changelogs, asides = list_changelogs(durable)
-    assert 3 not in changelogs and asides == {}
+    files = PartitionFiles.read(durable)
+    assert 3 not in files.changelogs and files.asides == {}
 
 
 def test_retention_deleting_what_a_restore_listed_makes_it_list_again(dirs, tmp_path):
@@ -194,8 +195,7 @@ def test_retention_deleting_what_a_restore_listed_makes_it_list_again(dirs, tmp_
         got = wl.read_state(checkpoint, str(tmp_path / "new-executor"), snapshot_interval=100)
     assert got == wl.expected(1, 8)
     assert len(listings) >= 3  # the restore, the writer's own open, the restore again
-    changelogs, _ = list_changelogs(durable)
-    assert min(changelogs) == 8, "retention did not run in the middle of the restore"
+    assert min(PartitionFiles.read(durable).changelogs) == 8, "retention did not run in the middle of the restore"
 
 
 def test_retention_keeps_the_changelog_its_base_snapshot_is_checked_against(dirs, tmp_path):
@@ -205,7 +205,7 @@ def test_retention_keeps_the_changelog_its_base_snapshot_is_checked_against(dirs
     base = max(v for v in snapshot_versions(durable) if v <= 8)
     removed = retain(durable, 8, 8 - base + 1, 0)
     assert removed["changelogs"] == base
-    assert sorted(list_changelogs(durable)[0]) == list(range(base, 9))
+    assert sorted(PartitionFiles.read(durable).changelogs) == list(range(base, 9))
     assert wl.read_state(checkpoint, str(tmp_path / "new-executor")) == wl.expected(1, 8)
 
 

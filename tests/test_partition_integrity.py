@@ -13,7 +13,7 @@ import pytest
 
 import partition_workload as wl
 from spark_statestore import MissingStateError, Serdes, Stores, ThreadCache
-from spark_statestore.checkpoint.names import snapshot_versions
+from spark_statestore.checkpoint.files import snapshot_versions
 from spark_statestore.faults import injected
 from spark_statestore.partition import (
     LayoutMismatchError,
@@ -156,32 +156,13 @@ def test_a_worker_cache_never_serves_a_failed_attempts_values(dirs, tmp_path):
     state.close()
 
 
-class SecondsClock(pafs.FileSystemHandler):
+class SecondsClock(wl.LocalAsObjectStore):
     """A local filesystem whose modification times have 1-second resolution (as S3's)."""
 
-    def __init__(self) -> None:
-        self.fs = pafs.LocalFileSystem()
-
-    def _rounded(self, info: pafs.FileInfo) -> pafs.FileInfo:
+    def info(self, info: pafs.FileInfo) -> pafs.FileInfo:
         if info.mtime_ns is None:
             return info
         return pafs.FileInfo(info.path, info.type, size=info.size, mtime_ns=info.mtime_ns // 10**9 * 10**9)
-
-    def get_type_name(self): return "seconds-clock"
-    def normalize_path(self, path): return path
-    def get_file_info(self, paths): return [self._rounded(i) for i in self.fs.get_file_info(paths)]
-    def get_file_info_selector(self, selector): return [self._rounded(i) for i in self.fs.get_file_info(selector)]
-    def create_dir(self, path, recursive): self.fs.create_dir(path, recursive=recursive)
-    def delete_dir(self, path): self.fs.delete_dir(path)
-    def delete_dir_contents(self, path, missing_dir_ok=False): self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
-    def delete_root_dir_contents(self): raise NotImplementedError
-    def delete_file(self, path): self.fs.delete_file(path)
-    def move(self, src, dest): self.fs.move(src, dest)
-    def copy_file(self, src, dest): self.fs.copy_file(src, dest)
-    def open_input_stream(self, path): return self.fs.open_input_stream(path)
-    def open_input_file(self, path): return self.fs.open_input_file(path)
-    def open_output_stream(self, path, metadata): return self.fs.open_output_stream(path)
-    def open_append_stream(self, path, metadata): return self.fs.open_append_stream(path)
 
 
 def test_a_retry_of_the_same_size_in_the_same_second_is_not_taken_for_the_local_copy(dirs, tmp_path):

@@ -14,7 +14,7 @@ from spark_statestore import CorruptStateError, MissingStateError, StoreLockedEr
 from spark_statestore.faults import injected
 from spark_statestore.checkpoint import Changelog
 from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
-from spark_statestore.checkpoint.names import snapshot_versions
+from spark_statestore.checkpoint.files import snapshot_versions
 
 
 run = wl.run

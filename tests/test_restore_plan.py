@@ -9,11 +9,11 @@ import pytest
 
 from spark_statestore import MissingStateError
 from spark_statestore.checkpoint.filesystem import DurableDir
-from spark_statestore.partition.history import DurableHistory, StaleCopy
 from spark_statestore.partition.metadata import EMPTY, VersionId
 from spark_statestore.partition.plan import (
     LocalCopy,
     RestorePlan,
+    StaleCopy,
     check_history_starts_empty,
     check_identity,
     plan_local,
@@ -26,12 +26,21 @@ def ident(version: int) -> int:
     return 0x100 + version
 
 
-class History(DurableHistory):
-    """A listing without files: changelog `v` has id `ident(v)`, snapshots have their own."""
+class History:
+    """A `plan.History` without files: changelog `v` has id `ident(v)`, snapshots have their own."""
 
     def __init__(self, changelogs, snapshots=(), snapshot_ids=None):
-        super().__init__(DurableDir(pafs.LocalFileSystem(), "/nowhere"), 0, dict.fromkeys(changelogs), list(snapshots), {})
+        self.partition = 0
+        self.durable = DurableDir(pafs.LocalFileSystem(), "/nowhere")
+        self.changelogs = dict.fromkeys(changelogs)
+        self.snapshots = list(snapshots)
         self.snapshot_ids = snapshot_ids or {}
+
+    def changelog_uri(self, version):
+        return self.durable.uri(f"{version}.changelog")
+
+    def snapshots_between(self, low, high):
+        return [v for v in self.snapshots if low < v <= high]
 
     def durable_id(self, version):
         return ident(version)

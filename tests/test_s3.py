@@ -10,7 +10,7 @@ import pytest
 import partition_workload as wl
 from spark_statestore import MissingStateError
 from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
-from spark_statestore.checkpoint.names import snapshot_versions
+from spark_statestore.checkpoint.files import snapshot_versions
 
 
 def location(s3_endpoint, bucket):

@@ -19,7 +19,7 @@ from spark_statestore.errors import AttemptSupersededError
 from spark_statestore.faults import injected
 from spark_statestore.partition.layout import Layout, record_query_layout
 from spark_statestore.partition.stats import PartitionMetrics
-from spark_statestore.partition.task_records import list_task_records
+from spark_statestore.checkpoint.files import PartitionFiles
 from spark_statestore.spark.batch_facts import parse_batch_facts
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.task_metrics import TaskMetrics
@@ -118,7 +118,7 @@ def test_a_killed_task_leaves_no_record_and_its_retry_reports(state_dirs, tmp_pa
     durable = os.path.join(statestore_dir(checkpoint), "0")
     with open(os.path.join(durable, ".tmp-" + metrics_name(1, 12345)), "w") as f:
         f.write('{"format": 1, "partit')  # a publish cut short leaves its temporary file
-    assert [v for v, _ in list_task_records(wl.partition_state(checkpoint, local).durable)] == [0]
+    assert [v for v, _ in PartitionFiles.read(wl.partition_state(checkpoint, local).durable).records] == [0]
     _commit(checkpoint, 1)  # (what recovery sees were it committed: a changelog without a record)
     assert _tasks(checkpoint) == [(0, 0, 0)]
     os.remove(os.path.join(commits_dir(checkpoint), "1"))
@@ -128,7 +128,7 @@ def test_a_killed_task_leaves_no_record_and_its_retry_reports(state_dirs, tmp_pa
 
 def _winner_record_name(checkpoint: str, batch: int) -> str:
     durable = wl.partition_state(checkpoint, "unused").durable
-    (name,) = [metrics_name(v, i) for v, i in list_task_records(durable) if v == batch]
+    (name,) = [metrics_name(v, i) for v, i in PartitionFiles.read(durable).records if v == batch]
     return os.path.join(statestore_dir(checkpoint), "0", name)
 
 
@@ -182,7 +182,7 @@ def test_retention_deletes_records_with_their_changelogs_and_a_restart_reads_the
         _batch(checkpoint, local, batch, task=batch, snapshot_interval=1, min_batches_to_retain=2)
     state = wl.partition_state(checkpoint, local)
     retain(state.durable, 5, 2, grace_seconds=0)
-    assert sorted(v for v, _ in list_task_records(state.durable)) == [4, 5]
+    assert sorted(v for v, _ in PartitionFiles.read(state.durable).records) == [4, 5]
     before = StateStoreMetrics(checkpoint).recent(3)
     after = StateStoreMetrics(checkpoint).recent(3)  # a new object, as after a driver restart
     assert before.equals(after) and before["batch_id"].tolist() == [4, 5]

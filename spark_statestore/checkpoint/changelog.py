@@ -31,7 +31,7 @@ import os
 import struct
 import zlib
 from itertools import repeat
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from typing import BinaryIO
 
 import pyarrow as pa
@@ -217,7 +217,7 @@ def publish_changelog(durable: DurableDir, version: int, local_path: str, ident:
 
 
 def follow_chain(
-    durable: DurableDir, changelogs: Container[int], asides: dict[int, set[int]], head: int
+    durable: DurableDir, changelogs: Container[int], asides: Mapping[int, Container[int]], head: int
 ) -> dict[int, tuple[str, int]]:
     """The file and id of each version below `head` whose set-aside changelog, rather than
     its `N.changelog`, is the one the next version builds on (every other version: its

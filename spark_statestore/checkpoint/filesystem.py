@@ -30,7 +30,7 @@ import pyarrow.fs as pafs
 from spark_statestore.errors import CorruptStateError
 
 _RENAMING = {"local", "hdfs"}
-_TEMP_PREFIX = ".tmp-"
+TEMP_PREFIX = ".tmp-"
 _COPY_BYTES = 1 << 20
 
 
@@ -115,7 +115,7 @@ class DurableDir:
                 write(out)
             return self.fs.get_file_info(final)
         directory, base = final.rsplit("/", 1)
-        temp = f"{directory}/{_TEMP_PREFIX}{uuid.uuid4().hex}-{base}"
+        temp = f"{directory}/{TEMP_PREFIX}{uuid.uuid4().hex}-{base}"
         try:
             with self.fs.open_output_stream(temp) as out:
                 write(out)
@@ -215,16 +215,17 @@ class DurableDir:
         """Regular files directly under `subdir` (temporary files excluded); [] if it is missing."""
         return self.scan(subdir)[0]
 
-    def scan(self, subdir: str = "") -> tuple[list[pafs.FileInfo], dict[str, str]]:
-        """The regular files directly under `subdir` (as `list`), and every other entry's base
-        name with what it is (a directory, a FIFO, a symbolic link (never followed), ...)."""
+    def scan(self, subdir: str = "", temporaries: bool = False) -> tuple[list[pafs.FileInfo], dict[str, str]]:
+        """The regular files directly under `subdir` (as `list`; with `temporaries`, a
+        crashed publish's temporary files too), and every other entry's base name with what
+        it is (a directory, a FIFO, a symbolic link (never followed), ...)."""
         base = self.path(subdir) if subdir else self.root
         if self._local:
-            return self._scan_local(subdir, base)
+            return self._scan_local(subdir, base, temporaries)
         selector = pafs.FileSelector(base, allow_not_found=True, recursive=False)
         files, others = [], {}
         for info in self.fs.get_file_info(selector):
-            if info.base_name.startswith(_TEMP_PREFIX):
+            if info.base_name.startswith(TEMP_PREFIX) and not temporaries:
                 continue
             if info.type == pafs.FileType.File:
                 files.append(info)
@@ -232,7 +233,9 @@ class DurableDir:
                 others[info.base_name] = "a directory" if info.type == pafs.FileType.Directory else "not a regular file"
         return files, others
 
-    def _scan_local(self, subdir: str, base: str) -> tuple[list[pafs.FileInfo], dict[str, str]]:
+    def _scan_local(
+        self, subdir: str, base: str, temporaries: bool
+    ) -> tuple[list[pafs.FileInfo], dict[str, str]]:
         """`scan` with `os.scandir`, which sees links as links (pyarrow follows them and leaves
         dangling ones out)."""
         try:
@@ -247,7 +250,7 @@ class DurableDir:
         except (FileNotFoundError, NotADirectoryError):
             return [], {}
         for entry in entries:
-            if entry.name.startswith(_TEMP_PREFIX):
+            if entry.name.startswith(TEMP_PREFIX) and not temporaries:
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
@@ -295,20 +298,22 @@ class DurableDir:
             except (FileNotFoundError, OSError):
                 pass
 
-    def delete_stale_temporaries(self, subdir: str = "", older_than: float = 3600.0) -> int:
-        """Remove temporary files a crashed publish left behind."""
-        base = self.path(subdir) if subdir else self.root
-        selector = pafs.FileSelector(base, allow_not_found=True, recursive=False)
+    def delete_stale_temporaries(self, listed: Iterable[pafs.FileInfo], older_than: float = 3600.0) -> int:
+        """Remove the temporary files among `listed` (a `scan` with `temporaries`) that a
+        crashed publish left behind: those older than `older_than` seconds."""
         now = time.time()
         stale = [
             info.path
-            for info in self.fs.get_file_info(selector)
-            if info.base_name.startswith(_TEMP_PREFIX)
+            for info in listed
+            if info.base_name.startswith(TEMP_PREFIX)
             and info.mtime is not None
             and now - info.mtime.timestamp() > older_than
         ]
         for path in stale:
-            self.fs.delete_file(path)
+            try:
+                self.fs.delete_file(path)
+            except FileNotFoundError:
+                pass  # another retention run took it
         return len(stale)
 
 

@@ -1,4 +1,4 @@
-"""The names of the state's durable files, how each is made and how a listing is read back.
+"""The names of the state's durable files and how each is made.
 
 Under the query's checkpoint location::
 
@@ -17,17 +17,14 @@ Under the query's checkpoint location::
 
 After a rescale, generation k's partitions are in `statestore/_g<k>/<partition>/`.
 The local copy of a partition keeps its prepared changelogs under the same names.
-Parsing is strict: a version is a decimal without leading zeros, so a name this package
+`files.py` has the kinds of a partition's files in one table (each name's pattern here,
+what it parses to there), and lists them. Parsing is strict: a version is a decimal without leading zeros, so a name this package
 does not write (`007.changelog`, `².changelog`, `notes.txt`) is never taken for one.
 """
 
 from __future__ import annotations
 
 import re
-
-import pyarrow.fs as pafs
-
-from spark_statestore.checkpoint.filesystem import DurableDir, NotAFileError, not_a_file
 
 STATESTORE = "statestore"
 COMMITS = "commits"
@@ -39,13 +36,14 @@ GENERATION_PREFIX = "_g"  # statestore/_g<k>/: the partitions of generation k (a
 
 _VERSION = r"(0|[1-9][0-9]{0,18})"
 _NUMBER = re.compile(rf"^{_VERSION}$")
-_CHANGELOG = re.compile(rf"^{_VERSION}\.changelog$")
-_ASIDE = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.changelog$")
-_METRICS = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.metrics$")
+# the patterns of the base names of a partition's durable files (`files.KINDS` has what each is)
+CHANGELOG = re.compile(rf"^{_VERSION}\.changelog$")
+ASIDE = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.changelog$")
+METRICS = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.metrics$")
+MANIFEST = re.compile(rf"^{_VERSION}\.manifest$")
+SNAPSHOT_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+SHARED_BASE = re.compile(r"^[0-9a-f]{32}-[0-9]{1,15}\.sst$")
 _BATCH_FACTS = re.compile(rf"^{_VERSION}\.json$")
-_MANIFEST = re.compile(rf"^{_VERSION}\.manifest$")
-_SNAPSHOT_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-_SHARED_FILE = re.compile(rf"^{SHARED}/[0-9a-f]{{32}}-[0-9]{{1,15}}\.sst$")
 
 
 def statestore_dir(root: str) -> str:
@@ -90,12 +88,6 @@ def metrics_name(version: int, ident: int) -> str:
     return f"{version}.{ident:016x}.metrics"
 
 
-def metrics_version_and_id(name: str) -> tuple[int, int] | None:
-    """The version and changelog id of a metrics record's name (None for any other name)."""
-    match = _METRICS.match(name)
-    return None if match is None else (int(match.group(1)), int(match.group(2), 16))
-
-
 def batch_facts_name(batch: int) -> str:
     """The driver's facts of `batch`, relative to the state's directory (`statestore_dir`)."""
     return f"{BATCHES}/{batch}.json"
@@ -132,74 +124,13 @@ def number_of(name: str) -> int | None:
     return None if match is None else int(match.group(1))
 
 
-def changelog_version(name: str) -> int | None:
-    """The version of a changelog file name (None for names this package does not write)."""
-    match = _CHANGELOG.match(name)
-    return None if match is None else int(match.group(1))
-
-
-def aside_version_and_id(name: str) -> tuple[int, int] | None:
-    """The version and id of a set-aside changelog's name (None for any other name)."""
-    match = _ASIDE.match(name)
-    return None if match is None else (int(match.group(1)), int(match.group(2), 16))
-
-
-def manifest_version(name: str) -> int | None:
-    """The version of a manifest's base name (None for names this package does not write)."""
-    match = _MANIFEST.match(name)
-    return None if match is None else int(match.group(1))
-
-
 def is_snapshot_file(name: object) -> bool:
     """Whether a manifest's local file name is a plain file name (never a path or `..`)."""
-    return isinstance(name, str) and _SNAPSHOT_FILE.match(name) is not None and ".." not in name
+    return isinstance(name, str) and SNAPSHOT_FILE.match(name) is not None and ".." not in name
 
 
 def is_shared_file(name: object) -> bool:
     """Whether a manifest's durable name is a shared SST file's (`shared_file_name`)."""
-    return isinstance(name, str) and _SHARED_FILE.match(name) is not None
+    prefix = f"{SHARED}/"
+    return isinstance(name, str) and name.startswith(prefix) and SHARED_BASE.match(name[len(prefix):]) is not None
 
-
-def _refuse_others(durable: DurableDir, subdir: str, others: dict[str, str], *patterns: re.Pattern) -> None:
-    """`NotAFileError` naming every entry of `others` (base names under `subdir`, with what
-    each is) that has the name of a durable file (one of `patterns`)."""
-    found = [
-        not_a_file(durable.uri(f"{subdir}/{name}" if subdir else name), what)
-        for name, what in sorted(others.items())
-        if any(pattern.match(name) for pattern in patterns)
-    ]
-    if found:
-        raise NotAFileError("; ".join(found))
-
-
-def snapshot_versions(durable: DurableDir) -> list[int]:
-    """Versions that have a snapshot manifest, ascending (other names are ignored; a
-    manifest's name on anything but a regular file is `NotAFileError`)."""
-    files, others = durable.scan(SNAPSHOTS)
-    _refuse_others(durable, SNAPSHOTS, others, _MANIFEST)
-    versions = (manifest_version(info.base_name) for info in files)
-    return sorted(v for v in versions if v is not None)
-
-
-def changelog_versions(durable: DurableDir) -> dict[int, pafs.FileInfo]:
-    """Durable changelogs by version, with their file info (other names are ignored)."""
-    return list_changelogs(durable)[0]
-
-
-def list_changelogs(durable: DurableDir) -> tuple[dict[int, pafs.FileInfo], dict[int, set[int]]]:
-    """Durable changelogs by version with their file info, and the ids of the set-aside
-    changelogs of each version (`aside_name`); other names are ignored, and a changelog's
-    name on anything but a regular file is `NotAFileError` (never a changelog not kept)."""
-    out: dict[int, pafs.FileInfo] = {}
-    asides: dict[int, set[int]] = {}
-    files, others = durable.scan()
-    _refuse_others(durable, "", others, _CHANGELOG, _ASIDE)
-    for info in files:
-        version = changelog_version(info.base_name)
-        if version is not None:
-            out[version] = info
-            continue
-        aside = aside_version_and_id(info.base_name)
-        if aside is not None:
-            asides.setdefault(aside[0], set()).add(aside[1])
-    return out, asides

@@ -1,10 +1,11 @@
 """Retention of a partition's durable state.
 
 Retention keeps `min_batches_to_retain` versions restorable: it finds the newest snapshot
-at or below the oldest version to keep, and deletes older snapshots, the changelogs
-before that snapshot (with their set-aside copies and the attempts' metrics records), and SST files no kept snapshot refers
-to. The changelog of the snapshot's own version stays: a restore checks the snapshot's
-identity against it. It deletes manifests before files, so a crash in the middle leaves
+at or below the oldest version to keep, and deletes what `files.KINDS` says: the files of
+versions before that snapshot (older snapshots, changelogs with their set-aside copies and
+the attempts' metrics records), SST files no kept snapshot refers to, and stale
+temporaries. The changelog of the snapshot's own version stays: a restore checks the
+snapshot's identity against it. It deletes manifests before files, so a crash in the middle leaves
 extra files, never a snapshot with missing ones.
 """
 
@@ -14,19 +15,16 @@ import logging
 import time
 
 from spark_statestore.checkpoint.changelog import durable_changelog_id
-from spark_statestore.checkpoint.filesystem import DurableDir
-from spark_statestore.checkpoint.names import (
-    SHARED,
-    aside_name,
-    changelog_name,
-    list_changelogs,
-    metrics_name,
-    metrics_version_and_id,
-    manifest_name,
-    snapshot_dir,
-    snapshot_file_name,
+from spark_statestore.checkpoint.files import (
+    CHANGELOG,
+    KINDS,
+    MANIFEST,
+    PartitionFiles,
+    Retention,
     snapshot_versions,
 )
+from spark_statestore.checkpoint.filesystem import DurableDir
+from spark_statestore.checkpoint.names import changelog_name, snapshot_dir
 from spark_statestore.checkpoint.snapshots import read_manifest
 from spark_statestore.errors import CorruptStateError, MissingStateError
 from spark_statestore.faults import fault_point
@@ -34,20 +32,21 @@ from spark_statestore.faults import fault_point
 log = logging.getLogger("spark_statestore.checkpoint")
 
 
-def _complete(durable: DurableDir, version: int, shared: dict[str, int], changelogs: dict) -> dict | None:
+def _complete(files: PartitionFiles, version: int) -> dict | None:
     """The manifest of `version` if every file it lists exists with its size and it holds
     the very version the durable changelog of `version` produced (not one of a run the
     user rolled back), else None."""
+    durable = files.durable
     try:
         manifest = read_manifest(durable, version)
     except (MissingStateError, CorruptStateError):
         return None
-    own = {snapshot_file_name(version, info.base_name): info.size for info in durable.list(snapshot_dir(version))}
+    shared, own = files.shared, files.own_files(version)
     for entry in manifest["files"]:
-        size = shared.get(entry["durable"], own.get(entry["durable"]))
-        if size != entry["size"]:
+        info = shared.get(entry["durable"], own.get(entry["durable"]))
+        if info is None or info.size != entry["size"]:
             return None
-    info = changelogs.get(version)
+    info = files.changelogs.get(version)
     if info is not None:
         try:
             if durable_changelog_id(durable, changelog_name(version), version, info.size) != manifest.get("version_id"):
@@ -64,29 +63,28 @@ def retain(
 
     Only a snapshot whose files are all present can stand in for older versions, and
     shared files nobody refers to are deleted only once they are `grace_seconds` old
-    (another task may still be uploading the snapshot that will refer to them)."""
+    (another task may still be uploading the snapshot that will refer to them). The
+    partition's files are listed once (`PartitionFiles`); `snapshots/` is listed again
+    before shared files are deleted, for the snapshots uploaded since."""
     oldest_kept = latest - min_batches_to_retain + 1
-    shared_infos = durable.list(SHARED)
-    shared = {f"{SHARED}/{info.base_name}": info.size for info in shared_infos}
-    snapshots = snapshot_versions(durable)
-    changelogs, asides = list_changelogs(durable)
+    files = PartitionFiles.read(durable)
+    snapshots = files.snapshots
     base = None
     for version in reversed([v for v in snapshots if v <= oldest_kept]):
-        if _complete(durable, version, shared, changelogs) is not None:
+        if _complete(files, version) is not None:
             base = version
             break
     if base is None:
         return {"snapshots": 0, "changelogs": 0, "shared": 0}
     old = [v for v in snapshots if v < base]
-    durable.delete(manifest_name(v) for v in old)
+    durable.delete(files.below(base, MANIFEST))  # first: a snapshot without its manifest does not exist
     fault_point("retention:after-manifests")
     for version in old:
         durable.delete_dir(snapshot_dir(version))
-    covered = [v for v in changelogs if v < base]
-    durable.delete(changelog_name(v) for v in covered)
-    durable.delete(aside_name(v, ident) for v, idents in asides.items() if v < base for ident in idents)
-    records = (metrics_version_and_id(info.base_name) for info in durable.list())
-    durable.delete(metrics_name(*key) for key in records if key is not None and key[0] < base)
+    covered = files.below(base, CHANGELOG)
+    for kind in KINDS:  # changelogs, then their set-aside copies and metrics records
+        if kind.retention is Retention.BELOW_BASE and kind.folder == "":
+            durable.delete(files.below(base, kind))
     fault_point("retention:after-changelogs")
     referenced = set()
     for version in snapshot_versions(durable):
@@ -97,11 +95,10 @@ def retain(
             return {"snapshots": len(old), "changelogs": len(covered), "shared": 0}
     now = time.time()
     unused = [
-        f"{SHARED}/{info.base_name}"
-        for info in shared_infos
-        if f"{SHARED}/{info.base_name}" not in referenced
-        and (info.mtime is None or now - info.mtime.timestamp() >= grace_seconds)
+        name
+        for name, info in files.shared.items()
+        if name not in referenced and (info.mtime is None or now - info.mtime.timestamp() >= grace_seconds)
     ]
     durable.delete(unused)
-    durable.delete_stale_temporaries()
+    durable.delete_stale_temporaries(files.temporaries)
     return {"snapshots": len(old), "changelogs": len(covered), "shared": len(unused)}

@@ -1,28 +1,35 @@
 """`DurableHistory`: a partition's durable versions as one listing shows them.
 
-A load lists the partition's durable directory once (and again only when files vanish
-under it): the changelogs by version, the snapshot versions, and, for versions that a late
+A load lists the partition's durable directory once (`files.PartitionFiles`; again only
+when files vanish under it): the changelogs by version, the snapshot versions, and, for versions that a late
 attempt published over, which file the next version builds on (`follow_chain`). The ids
-of durable changelogs are read from their trailers as they are needed, once each.
+of durable changelogs are read from their trailers as they are needed, once each, and a
+version's changelog is served verified (`changelog`: the local copy when it is the very
+file that was published, else a download).
 
-`StaleCopy` says a copy cannot be brought to the wanted version (it is rebuilt instead);
-`Vanished` that a file listed a moment ago is gone (list again and start over).
+It is the `plan.History` that plans are made from. `Vanished` (a `plan.StaleCopy`) says a
+file listed a moment ago is gone (list again and start over).
 """
 
 from __future__ import annotations
 
+import os
+
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.changelog import durable_changelog_header, durable_changelog_id, follow_chain
+from spark_statestore.checkpoint.changelog import (
+    Changelog,
+    durable_changelog_header,
+    durable_changelog_id,
+    follow_chain,
+)
 from spark_statestore.checkpoint.filesystem import DurableDir
-from spark_statestore.checkpoint.names import changelog_name, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.files import PartitionFiles
+from spark_statestore.checkpoint.names import changelog_name
 from spark_statestore.checkpoint.snapshots import read_manifest
 from spark_statestore.errors import CorruptStateError
 from spark_statestore.partition.metadata import VersionId
-
-
-class StaleCopy(Exception):
-    """The local copy cannot be brought to the wanted version (it is rebuilt instead)."""
+from spark_statestore.partition.plan import StaleCopy
 
 
 class Vanished(StaleCopy):
@@ -32,28 +39,20 @@ class Vanished(StaleCopy):
 class DurableHistory:
     """The durable changelogs and snapshots of a partition, as listed once (see module docstring)."""
 
-    def __init__(
-        self,
-        durable: DurableDir,
-        partition: int,
-        changelogs: dict[int, pafs.FileInfo],
-        snapshots: list[int],
-        chosen: dict[int, tuple[str, int]],
-    ) -> None:
-        self.durable = durable
+    def __init__(self, files: PartitionFiles, partition: int, chosen: dict[int, tuple[str, int]]) -> None:
+        self.files = files  # the listing
+        self.durable = files.durable
         self.partition = partition
-        self.changelogs = changelogs  # version -> file info
-        self.snapshots = snapshots  # ascending
+        self.changelogs: dict[int, pafs.FileInfo] = files.changelogs  # version -> file info
+        self.snapshots = files.snapshots  # ascending
         self._chosen = chosen  # versions whose set-aside file is on the chain
         self._ids = {version: ident for version, (_, ident) in chosen.items()}  # durable ids read so far
 
     @staticmethod
     def read(durable: DurableDir, partition: int, head: int) -> DurableHistory:
         """List `durable` (of `partition`), following the chain of identities down from version `head`."""
-        changelogs, asides = list_changelogs(durable)
-        snapshots = snapshot_versions(durable)
-        chosen = follow_chain(durable, changelogs, asides, head)
-        return DurableHistory(durable, partition, changelogs, snapshots, chosen)
+        files = PartitionFiles.read(durable)
+        return DurableHistory(files, partition, follow_chain(durable, files.changelogs, files.asides, head))
 
     def name(self, version: int) -> str:
         """The durable file of `version` on the chain (normally `N.changelog`)."""
@@ -76,10 +75,30 @@ class DurableHistory:
             self._ids[version] = ident
         return ident
 
-    def downloaded(self, version: int, ident: int) -> None:
-        """The changelog of `version` downloaded just now has id `ident`: if it was replaced
-        since its trailer was read, the new id is the durable one from now on."""
-        self._ids[version] = ident
+    def changelog(self, version: int, path: str) -> tuple[Changelog, bool]:
+        """The verified changelog of `version` on the chain, at the local `path`: the file
+        there when it is the very one that was published (same id), else a fresh download
+        (True: downloaded). `Vanished` if it is gone; `CorruptStateError` naming it if the
+        durable copy is damaged (nothing is left at `path` then)."""
+        name, durable_id = self.name(version), self.durable_id(version)
+        try:
+            local = Changelog(path, version, self.partition)
+            if local.id == durable_id:
+                return local, False
+        except CorruptStateError:
+            pass
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            self.durable.download(name, path)
+        except FileNotFoundError as e:
+            raise Vanished(f"changelog {self.durable.uri(name)} disappeared") from e
+        try:
+            changelog = Changelog(path, version, self.partition, source=self.durable.uri(name))
+        except CorruptStateError as e:
+            os.remove(path)
+            raise CorruptStateError(f"the durable changelog of partition {self.partition} is damaged: {e}") from e
+        self._ids[version] = changelog.id  # replaced since its trailer was read: this id is the durable one now
+        return changelog, True
 
     def identity(self, version: int) -> int | None:
         """The id the durable history gives `version` (its changelog's, else its snapshot's;

@@ -23,7 +23,8 @@ import shutil
 import stat
 import time
 
-from spark_statestore.checkpoint.names import changelog_name, changelog_version
+from spark_statestore.checkpoint.files import CHANGELOG
+from spark_statestore.checkpoint.names import changelog_name
 from spark_statestore.errors import StoreLockedError
 
 log = logging.getLogger("spark_statestore.partition")
@@ -166,7 +167,7 @@ class LocalPartitionDir:
             names = os.listdir(self.changelog_dir)
         except FileNotFoundError:
             return []
-        return sorted(v for v in map(changelog_version, names) if v is not None)
+        return sorted(v for v in map(CHANGELOG.parse, names) if v is not None)
 
     def remove_changelog(self, version: int) -> None:
         try:

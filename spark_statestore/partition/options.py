@@ -33,6 +33,7 @@ class PartitionOptions:
     `snapshot_interval`: versions between snapshots; `min_batches_to_retain`: versions
     kept restorable; `uncommitted_max_bytes`: a batch's transaction buffer before it
     spills (-1: no limit); `lock_timeout`: seconds to wait for the partition's lock;
+    (the defaults are also those of the `spark.statestore.*` settings);
     `retention_grace_seconds`: how old an unreferenced file must be to be deleted;
     `apply_chunk_bytes`: the size of the write batches a changelog is applied in;
     `every_batch`: whether every batch prepares a version (so version N-1 must be
@@ -42,7 +43,7 @@ class PartitionOptions:
     snapshot_interval: int = 10
     min_batches_to_retain: int = 100
     uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES
-    lock_timeout: float = 60.0
+    lock_timeout: float = 120.0
     retention_grace_seconds: float = 600.0
     apply_chunk_bytes: int = DEFAULT_CHUNK_BYTES
     every_batch: bool = True

@@ -6,22 +6,49 @@ changelogs after it, in order:
 * the local copy, as its metadata describes it (`LocalCopy`), when it provably lies on
   the durable history (`plan_local`);
 * else the newest snapshot at or below `target` that restores, newest first
-  (`snapshot_candidates`), or nothing at all when the history starts from nothing
-  (`check_history_starts_empty`); then `plan_rebuild` from what was restored.
+  (`snapshot_candidates`), or nothing at all when the history starts from nothing;
+  then `plan_rebuild` from what was restored.
 
-Every rule that refuses a base lives here; the steps that carry a `RestorePlan` out
-(restoring a snapshot, applying a changelog, checking a layout) check only what they
-read themselves. A refusal is `StaleCopy` (rebuild instead) or `MissingStateError`
+Plans are pure: a `History` in (the listing, and the identities it reads for them), a
+`RestorePlan` or a refusal out; nothing here touches a file. Every rule that refuses a
+base lives here; the steps that carry a `RestorePlan` out (restoring a snapshot, applying
+a changelog, checking a layout) check only what they read themselves. A refusal is `StaleCopy` (rebuild instead) or `MissingStateError`
 (the durable state cannot give `target`: an error naming the file and the version).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from spark_statestore.errors import MissingStateError
-from spark_statestore.partition.history import DurableHistory, StaleCopy
 from spark_statestore.partition.metadata import VersionId
+
+
+class StaleCopy(Exception):
+    """The local copy cannot be brought to the wanted version (it is rebuilt instead)."""
+
+
+class History(Protocol):
+    """The durable history a plan is made from, as one listing showed it
+    (`history.History`): the versions with a changelog and with a snapshot, the
+    identity of a version, and the names to give in messages. Reading an identity is the
+    history's business (`History` reads it once, when first asked): a plan reads
+    nothing itself."""
+
+    partition: int
+    durable: object  # where its files are (named in messages)
+    changelogs: Collection[int]
+    snapshots: Sequence[int]  # ascending
+
+    def durable_id(self, version: int) -> int: ...  # the id of the changelog of `version` (listed)
+
+    def identity(self, version: int) -> int | None: ...  # its changelog's id, else its snapshot's
+
+    def changelog_uri(self, version: int) -> str: ...
+
+    def snapshots_between(self, low: int, high: int) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -51,7 +78,7 @@ class RestorePlan:
         return self.changelogs[-1] if self.changelogs else self.base.version
 
 
-def plan_local(history: DurableHistory, copy: LocalCopy, target: int, every_batch: bool) -> RestorePlan:
+def plan_local(history: History, copy: LocalCopy, target: int, every_batch: bool) -> RestorePlan:
     """How the local copy reaches `target`, or `StaleCopy` if it is not provably on the
     durable history (see `recovery.py` for the rules), or `MissingStateError`."""
     committed = copy.committed
@@ -67,21 +94,32 @@ def plan_local(history: DurableHistory, copy: LocalCopy, target: int, every_batc
     return plan
 
 
-def snapshot_candidates(history: DurableHistory, target: int) -> list[int]:
+def snapshot_candidates(history: History, target: int) -> list[int]:
     """The snapshots a rebuild tries, newest first (the newest that restores wins)."""
     return [v for v in reversed(history.snapshots) if v <= target]
 
 
-def plan_rebuild(history: DurableHistory, base: VersionId, target: int, every_batch: bool) -> RestorePlan:
+def plan_rebuild(
+    history: History,
+    base: VersionId,
+    target: int,
+    every_batch: bool,
+    oldest_base: int | None = None,
+    problems: Sequence[str] = (),
+) -> RestorePlan:
     """How a rebuilt copy at `base` (a restored snapshot, or the empty state) reaches
-    `target`; `StaleCopy` naming what is missing if it cannot."""
+    `target`; `StaleCopy` naming what is missing if it cannot. From the empty state, the
+    history must start from nothing (`check_history_starts_empty`, with what its oldest
+    changelog builds on and the `problems` of the snapshots that did not restore)."""
+    if base.version < 0:
+        check_history_starts_empty(history, oldest_base, target, problems)
     plan = RestorePlan(base, _changelogs_after(history, base.version, target, every_batch))
     if plan.reached < target and every_batch:
         raise StaleCopy(_missing_message(history, plan.reached, target))
     return plan
 
 
-def check_identity(history: DurableHistory, committed: VersionId, what: str) -> None:
+def check_identity(history: History, committed: VersionId, what: str) -> None:
     """A copy at a version the durable state also has must be that very version."""
     if committed.version < 0:
         return
@@ -94,7 +132,7 @@ def check_identity(history: DurableHistory, committed: VersionId, what: str) -> 
 
 
 def check_history_starts_empty(
-    history: DurableHistory, oldest_base: int | None, target: int, problems: list[str]
+    history: History, oldest_base: int | None, target: int, problems: Sequence[str]
 ) -> None:
     """Rebuilding from nothing is right only if the durable history starts from nothing:
     the oldest changelog (`oldest_base`: the version it builds on; None: there is none)
@@ -111,7 +149,7 @@ def check_history_starts_empty(
     )
 
 
-def _missing_message(history: DurableHistory, reached: int, target: int) -> str:
+def _missing_message(history: History, reached: int, target: int) -> str:
     return (
         f"version {target} of partition {history.partition} is not in {history.durable}: the state reaches "
         f"version {reached}, and changelog {history.changelog_uri(target)} is missing (every committed batch "
@@ -119,7 +157,7 @@ def _missing_message(history: DurableHistory, reached: int, target: int) -> str:
     )
 
 
-def _is_next(history: DurableHistory, committed: VersionId, pending: VersionId, target: int) -> bool:
+def _is_next(history: History, committed: VersionId, pending: VersionId, target: int) -> bool:
     """Whether a kept copy's open transaction is the next version on the durable history
     (the changelog it prepared is the one that committed)."""
     version = pending.version
@@ -128,7 +166,7 @@ def _is_next(history: DurableHistory, committed: VersionId, pending: VersionId, 
     return False
 
 
-def _check_ahead(history: DurableHistory, ahead: VersionId | None, committed: VersionId, target: int) -> None:
+def _check_ahead(history: History, ahead: VersionId | None, committed: VersionId, target: int) -> None:
     """A copy that was applying a version ahead of Spark's commit when it crashed may
     hold some of that version's writes under the metadata of the version before: it
     is usable only to re-apply that very version (the next one, on the durable history,
@@ -147,7 +185,7 @@ def _check_ahead(history: DurableHistory, ahead: VersionId | None, committed: Ve
         )
 
 
-def _check_prepared(history: DurableHistory, prepared: VersionId | None, target: int) -> None:
+def _check_prepared(history: History, prepared: VersionId | None, target: int) -> None:
     """A version this copy's owner published must not have vanished from durable state."""
     if prepared is None or prepared.version > target or prepared.version in history.changelogs:
         return
@@ -159,7 +197,7 @@ def _check_prepared(history: DurableHistory, prepared: VersionId | None, target:
     )
 
 
-def _changelogs_after(history: DurableHistory, version: int, target: int, every_batch: bool) -> tuple[int, ...]:
+def _changelogs_after(history: History, version: int, target: int, every_batch: bool) -> tuple[int, ...]:
     """The durable changelogs in (version, target], in order; when every batch prepares a
     version, a gap among them is `StaleCopy` naming the missing one."""
     versions = sorted(v for v in history.changelogs if version < v <= target)
@@ -174,7 +212,7 @@ def _changelogs_after(history: DurableHistory, version: int, target: int, every_
     return tuple(versions)
 
 
-def _check_reached(history: DurableHistory, plan: RestorePlan, target: int, every_batch: bool) -> None:
+def _check_reached(history: History, plan: RestorePlan, target: int, every_batch: bool) -> None:
     """The local copy reaches `target`, or no durable version says otherwise."""
     if plan.reached == target:
         if not plan.changelogs:  # applied changelogs are the durable ones by construction

@@ -20,15 +20,13 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.files import PartitionFiles
 from spark_statestore.checkpoint.names import (
     changelog_name,
-    changelog_versions,
     commits_dir,
     generation_dir,
-    list_changelogs,
     number_of,
     partition_dir,
-    snapshot_versions,
     statestore_dir,
 )
 from spark_statestore.errors import CorruptStateError, MissingStateError, StateStoreError
@@ -38,9 +36,11 @@ from spark_statestore.partition.generations import serving
 from spark_statestore.partition.layout import Layout, read_query_layout
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, VersionId
+from spark_statestore.partition.place import PartitionPlace
 from spark_statestore.partition.history import DurableHistory
 from spark_statestore.partition.plan import RestorePlan
 from spark_statestore.partition.recovery import Recovery, check_changelog_layout
+from spark_statestore.partition.spark_log import newest_planned_batch, spark_partitions
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
@@ -104,9 +104,6 @@ class StateLocation:
         counts = [g.partitions for g in self.layout.history if g.number == self.generation_number]
         count = counts[0] if counts else None
         if count is None and self.generation_number == 0:
-            # imported here: spark_log reads a StateLocation
-            from spark_statestore.partition.spark_log import newest_planned_batch, spark_partitions
-
             planned = newest_planned_batch(self.location, self.filesystem)
             count = None if planned is None else spark_partitions(self.location, planned, self.filesystem)
         listed = self.partitions
@@ -133,8 +130,8 @@ class StateLocation:
 
     def versions(self, partition: int) -> tuple[list[int], list[int]]:
         """The durable changelog versions and snapshot versions of a partition."""
-        durable = self.durable(partition)
-        return sorted(changelog_versions(durable)), snapshot_versions(durable)
+        files = PartitionFiles.read(self.durable(partition))
+        return sorted(files.changelogs), files.snapshots
 
 
 def change_count(state: StateLocation, version: int) -> int:
@@ -221,12 +218,10 @@ class VersionReader:
 
     def __enter__(self) -> "VersionReader":
         local = LocalPartitionDir(self._workdir, self.state.location, self.partition)
+        layout = Layout(self.state.layout.stores, None)
+        place = PartitionPlace(self.state.location, self.partition, layout, self.state.durable(self.partition), local)
         recovery = _KeepChangelogs(
-            self.state.durable(self.partition),
-            local,
-            self.partition,
-            Layout(self.state.layout.stores, None),
-            self.state.location,
+            place,
             lambda: TransactionalDatabase(local.db_path, wal=False, uncommitted_max_bytes=-1, replayable=True),
             PartitionMetrics(),
             chunk_bytes=DEFAULT_CHUNK_BYTES,
@@ -313,7 +308,7 @@ def change_columns(
     committed = state.committed_batch()
     head = end if committed is None else max(end, committed)
     if committed is None:  # without a commit log: the newest durable version decides
-        head = max(list_changelogs(durable)[0], default=end)
+        head = max(PartitionFiles.read(durable).changelogs, default=end)
     history = DurableHistory.read(durable, partition, head)
     layout = Layout(state.layout.stores, None)
     below: VersionId | None = VersionId(-1, EMPTY.id) if start == 0 else None  # what `start` builds on

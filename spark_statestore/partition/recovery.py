@@ -47,19 +47,18 @@ import time
 from typing import Callable
 
 from spark_statestore.checkpoint.changelog import Changelog
-from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.names import manifest_name
 from spark_statestore.checkpoint.snapshots import restore_snapshot
 from spark_statestore.errors import CorruptStateError, MissingStateError
 from spark_statestore.faults import fault_point
-from spark_statestore.partition.history import DurableHistory, StaleCopy, Vanished
+from spark_statestore.partition.history import DurableHistory, Vanished
 from spark_statestore.partition.layout import Layout
-from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, VersionId
+from spark_statestore.partition.place import PartitionPlace
 from spark_statestore.partition.plan import (
     LocalCopy,
     RestorePlan,
-    check_history_starts_empty,
+    StaleCopy,
     check_identity,
     plan_local,
     plan_rebuild,
@@ -75,17 +74,13 @@ _LISTINGS = 4
 
 
 class Recovery:
-    """Loads the state of one partition at a version (see module docstring): lists the
-    durable history, has `plan.py` decide the base and the changelogs, and carries the
-    plan out one step at a time."""
+    """Loads the state of one partition (at its `place`) at a version (see module
+    docstring): lists the durable history, has `plan.py` decide the base and the
+    changelogs, and carries the plan out one step at a time."""
 
     def __init__(
         self,
-        durable: DurableDir,
-        local: LocalPartitionDir,
-        partition: int,
-        layout: Layout,
-        location: str,
+        place: PartitionPlace,
         open_db: Callable[[], TransactionalDatabase],
         metrics: PartitionMetrics,
         *,
@@ -93,11 +88,7 @@ class Recovery:
         chunk_bytes: int,
         kept: tuple[TransactionalDatabase, VersionId | None] | None = None,
     ) -> None:
-        self.durable = durable
-        self.local = local
-        self.partition = partition
-        self.layout = layout
-        self.location = location
+        self.place = place
         self._open_db = open_db
         self.metrics = metrics
         self.every_batch = every_batch
@@ -112,29 +103,29 @@ class Recovery:
         committed version built on (time travel sees what the later batches saw)."""
         head = target if committed is None else max(target, committed)
         for listing in range(_LISTINGS):
-            history = self.history = DurableHistory.read(self.durable, self.partition, head)
+            history = self.history = DurableHistory.read(self.place.durable, self.place.partition, head)
             fault_point("recovery:after-listing")
             try:
                 return self._load(history, target)
             except Vanished as e:
                 if listing == _LISTINGS - 1:
                     raise MissingStateError(
-                        f"cannot restore version {target} of partition {self.partition} from {self.durable}: "
-                        f"files kept disappearing while it was read ({e})"
+                        f"cannot restore version {target} of partition {self.place.partition} from "
+                        f"{self.place.durable}: files kept disappearing while it was read ({e})"
                     ) from e
-                log.info("partition %d: listing %s again: %s", self.partition, self.durable, e)
+                log.info("partition %d: listing %s again: %s", self.place.partition, self.place.durable, e)
         raise AssertionError("unreachable")
 
     def _load(self, history: DurableHistory, target: int) -> tuple[TransactionalDatabase, VersionId]:
         """The local copy brought to `target` when the plan allows it, else a rebuild."""
         kept, self._kept = self._kept, None
-        if kept is None and not os.path.exists(os.path.join(self.local.db_path, "CURRENT")):
+        if kept is None and not os.path.exists(os.path.join(self.place.local.db_path, "CURRENT")):
             return self._restore(history, target)  # a new executor: no local copy
         db = None
         try:
             db, pending = kept if kept is not None else (self._open_db(), None)
             meta = PartitionMetadata(db)
-            self._check_layout(meta, f"the local copy {self.local.db_path}")
+            self._check_layout(meta, f"the local copy {self.place.local.db_path}")
             copy = LocalCopy(meta.committed, meta.ahead, meta.prepared, pending)
             plan = plan_local(history, copy, target, self.every_batch)
             if plan.commit_pending:
@@ -146,7 +137,7 @@ class Recovery:
             db.close()
             raise
         except (CorruptStateError, StaleCopy) as reason:
-            log.info("partition %d: restoring from %s: %s", self.partition, self.durable, reason)
+            log.info("partition %d: restoring from %s: %s", self.place.partition, self.place.durable, reason)
             if db is not None:
                 db.close()
             return self._restore(history, target)
@@ -157,9 +148,10 @@ class Recovery:
         return db, committed
 
     def _restore(self, history: DurableHistory, target: int) -> tuple[TransactionalDatabase, VersionId]:
-        """Rebuild the local copy: newest usable snapshot at or below `target`, then changelogs."""
+        """Rebuild the local copy: the newest usable snapshot at or below `target` (or
+        nothing), then what `plan_rebuild` says."""
         started = time.perf_counter()
-        self.local.wipe_db()
+        self.place.local.wipe_db()
         problems: list[str] = []
         db = None
         committed = EMPTY
@@ -170,28 +162,31 @@ class Recovery:
             except Vanished:
                 raise
             except (CorruptStateError, MissingStateError, StaleCopy) as e:
-                self.local.wipe_db()
-                if not self.durable.exists(manifest_name(version)):
+                self.place.local.wipe_db()
+                if not self.place.durable.exists(manifest_name(version)):
                     raise Vanished(f"snapshot {version} was deleted while it was restored") from e
                 problems.append(str(e))
-        if db is None:
-            oldest = self._changelog(history, min(history.changelogs)).base_version if history.changelogs else None
-            check_history_starts_empty(history, oldest, target, problems)
-            db = self._open_db()
+        oldest = None  # what the oldest changelog builds on, when nothing restored
+        if db is None and history.changelogs:
+            oldest = self._changelog(history, min(history.changelogs)).base_version
         try:
-            committed = self._apply(history, db, plan_rebuild(history, committed, target, self.every_batch))
+            plan = plan_rebuild(history, committed, target, self.every_batch, oldest, problems)
+            if db is None:
+                db = self._open_db()
+            committed = self._apply(history, db, plan)
         except Vanished:
-            db.close()
+            _close(db)
             raise
         except (StaleCopy, CorruptStateError) as e:
-            db.close()
-            self.local.wipe_db()  # nothing half-restored is left for the next open to trust
+            _close(db)
+            self.place.local.wipe_db()  # nothing half-restored is left for the next open to trust
             detail = f"; snapshots that could not serve: {problems}" if problems else ""
             raise MissingStateError(
-                f"cannot restore version {target} of partition {self.partition} from {self.durable}: {e}{detail}"
+                f"cannot restore version {target} of partition {self.place.partition} from "
+                f"{self.place.durable}: {e}{detail}"
             ) from e
         except BaseException:
-            db.close()
+            _close(db)
             raise
         self.metrics.restored = True
         self.metrics.restore_seconds = time.perf_counter() - started
@@ -201,14 +196,16 @@ class Recovery:
 
     def _from_snapshot(self, history: DurableHistory, version: int) -> tuple[TransactionalDatabase, VersionId]:
         """Restore the snapshot of `version` and open it, checked: layout, version, identity."""
-        restore_snapshot(self.durable, version, self.local.db_path, self.partition)
+        restore_snapshot(self.place.durable, version, self.place.local.db_path, self.place.partition)
         db = self._open_db()
         try:
             meta = PartitionMetadata(db)
             self._check_layout(meta, f"snapshot {version}")
             committed = meta.committed
             if committed.version != version:
-                raise CorruptStateError(f"snapshot {version} of {self.durable} holds version {committed.version}")
+                raise CorruptStateError(
+                    f"snapshot {version} of {self.place.durable} holds version {committed.version}"
+                )
             check_identity(history, committed, f"snapshot {version}")  # not of a run the user rolled back
         except BaseException:
             db.close()
@@ -218,7 +215,7 @@ class Recovery:
     def _check_layout(self, meta: PartitionMetadata, where: str) -> None:
         recorded = meta.layout()
         if recorded is not None:
-            self.layout.check_against(recorded, self.location, where)
+            self.place.layout.check_against(recorded, self.place.location, where)
 
     def _commit_pending(self, db: TransactionalDatabase, pending: VersionId) -> None:
         """Commit a kept copy's open transaction: it is the next version on the history."""
@@ -241,8 +238,8 @@ class Recovery:
         """Apply the changelog of `version` to the state at `committed`: it must be of the
         declared stores and build on that very state."""
         changelog = self._changelog(history, version)
-        where = f"changelog {self.durable.uri(history.name(version))}"
-        check_changelog_layout(self.layout, changelog, self.location, f"{where} (version {version})")
+        where = f"changelog {self.place.durable.uri(history.name(version))}"
+        check_changelog_layout(self.place.layout, changelog, self.place.location, f"{where} (version {version})")
         if (changelog.base_version, changelog.base_id) != tuple(committed):
             raise StaleCopy(
                 f"{where} (version {version}) builds on version {changelog.base_version}, but the state "
@@ -272,30 +269,15 @@ class Recovery:
         self.metrics.apply_seconds += time.perf_counter() - started
 
     def _changelog(self, history: DurableHistory, version: int) -> Changelog:
-        """A verified changelog of `version`: the local copy when it is the file that was
-        published, else a fresh download. A damaged durable copy raises `CorruptStateError`."""
-        path = self.local.changelog(version)
-        name = history.name(version)
-        durable_id = history.durable_id(version)
-        try:
-            local = Changelog(path, version, self.partition)
-            if local.id == durable_id:
-                return local
-        except CorruptStateError:
-            pass
-        os.makedirs(self.local.changelog_dir, exist_ok=True)
-        try:
-            self.durable.download(name, path)
-        except FileNotFoundError as e:
-            raise Vanished(f"changelog {self.durable.uri(name)} disappeared") from e
-        self.metrics.changelogs_downloaded += 1
-        try:
-            changelog = Changelog(path, version, self.partition, source=self.durable.uri(name))
-        except CorruptStateError as e:
-            os.remove(path)
-            raise CorruptStateError(f"the durable changelog of partition {self.partition} is damaged: {e}") from e
-        history.downloaded(version, changelog.id)  # replaced between the two reads: read it again next time
+        """A verified changelog of `version` (`DurableHistory.changelog`, kept in the local
+        copy's changelog folder)."""
+        changelog, downloaded = history.changelog(version, self.place.local.changelog(version))
+        self.metrics.changelogs_downloaded += downloaded
         return changelog
+
+def _close(db: TransactionalDatabase | None) -> None:
+    if db is not None:
+        db.close()
 
 
 def check_changelog_layout(layout: Layout, changelog: Changelog, location: str, where: str) -> None:

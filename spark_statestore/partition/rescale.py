@@ -45,7 +45,7 @@ from spark_statestore.partition.layout import Layout, publish_query_layout
 from spark_statestore.partition.metadata import PartitionMetadata, VersionId
 from spark_statestore.partition.reading import StateLocation, VersionReader
 from spark_statestore.partition.rescale_claim import RescaleClaim, process_alive
-from spark_statestore.partition.spark_log import QueryMayBeRunningError, check_stopped, spark_partitions
+from spark_statestore.partition.spark_log import QueryMayBeRunningError, newest_planned_batch, spark_partitions
 from spark_statestore.stores.rocksdb import verify_database
 from spark_statestore.txn.database import TransactionalDatabase
 
@@ -56,6 +56,37 @@ _FILES_PER_TARGET = 16  # open files a new partition's local database may hold (
 
 class RescaleError(StateStoreError, ValueError):
     """The state cannot be rescaled now (the message says why and what to do)."""
+
+
+def check_stopped(state: StateLocation) -> int:
+    """The newest committed batch, after checking that nothing is in flight above it (a
+    query that may still be running would change the state under a rescale): Spark's offset
+    log plans no uncommitted batch, and no partition of the generation the next batch runs
+    in has a prepared changelog above the commit. `QueryMayBeRunningError` naming what was
+    found otherwise."""
+    committed = state.committed_batch()
+    if committed is None:
+        raise QueryMayBeRunningError(
+            f"no batch of the query at {state.location} is committed (commits/ is empty): there is no state to move"
+        )
+    planned = newest_planned_batch(state.location, state.filesystem)
+    if planned is not None and planned > committed:
+        raise QueryMayBeRunningError(
+            f"batch {planned} of the query at {state.location} is planned (offsets/{planned}) but not committed "
+            f"(newest commit: {committed}): the query is running, or stopped before that batch finished; run it "
+            f"until the batch commits, stop it, then rescale"
+        )
+    current = state.at_batch(committed + 1)
+    for partition in current.partitions:
+        changelogs, _ = current.versions(partition)
+        above = [v for v in changelogs if v > committed]
+        if above:
+            raise QueryMayBeRunningError(
+                f"partition {partition} of the state at {state.location} has prepared version {max(above)}, above "
+                f"Spark's newest commit {committed}: a batch is in flight (the query may be running); stop the "
+                f"query and let its last batch commit, then rescale"
+            )
+    return committed
 
 
 @dataclass(frozen=True)

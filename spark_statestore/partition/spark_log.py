@@ -6,8 +6,7 @@
   batch of its own with the new count);
 * `commits/<N>`: batch N committed (`StateLocation.committed_batch`).
 
-`check_stopped` is what a rescale checks before it moves anything: a rescale of a query
-that may still be running would move a state that keeps changing under it.
+A rescale reads them to check the query is stopped (`rescale.check_stopped`).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import number_of
 from spark_statestore.errors import CorruptStateError, StateStoreError
 from spark_statestore.partition.generations import MAX_PARTITIONS
-from spark_statestore.partition.reading import StateLocation
 
 OFFSETS = "offsets"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -65,33 +63,3 @@ def spark_partitions(location: str, batch: int, filesystem: pafs.FileSystem | No
             f"partitions a state may have"
         )
     return count
-
-
-def check_stopped(state: StateLocation) -> int:
-    """The newest committed batch, after checking that nothing is in flight above it:
-    Spark's offset log plans no uncommitted batch, and no partition of the generation the
-    next batch runs in has a prepared changelog above the commit. `QueryMayBeRunningError`
-    naming what was found otherwise."""
-    committed = state.committed_batch()
-    if committed is None:
-        raise QueryMayBeRunningError(
-            f"no batch of the query at {state.location} is committed (commits/ is empty): there is no state to move"
-        )
-    planned = newest_planned_batch(state.location, state.filesystem)
-    if planned is not None and planned > committed:
-        raise QueryMayBeRunningError(
-            f"batch {planned} of the query at {state.location} is planned (offsets/{planned}) but not committed "
-            f"(newest commit: {committed}): the query is running, or stopped before that batch finished; run it "
-            f"until the batch commits, stop it, then rescale"
-        )
-    current = state.at_batch(committed + 1)
-    for partition in current.partitions:
-        changelogs, _ = current.versions(partition)
-        above = [v for v in changelogs if v > committed]
-        if above:
-            raise QueryMayBeRunningError(
-                f"partition {partition} of the state at {state.location} has prepared version {max(above)}, above "
-                f"Spark's newest commit {committed}: a batch is in flight (the query may be running); stop the "
-                f"query and let its last batch commit, then rescale"
-            )
-    return committed

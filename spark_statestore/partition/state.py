@@ -44,6 +44,7 @@ from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, VersionId
 from spark_statestore.partition.open_copies import OpenCopy
 from spark_statestore.partition.options import PartitionOptions, WorkerResources
+from spark_statestore.partition.place import PartitionPlace
 from spark_statestore.partition.recovery import Recovery
 from spark_statestore.stores.api import StateStore
 from spark_statestore.stores.spec import StoreSpec
@@ -87,26 +88,28 @@ class PartitionState:
         self.partition = check_int(partition, "partition", 0)
         self.resources = check_instance(resources, WorkerResources, "resources", optional=False)
         self.options = check_instance(options, PartitionOptions, "options") or PartitionOptions()
-        self.layout = Layout.of(list(check_iterable(stores, "stores", "StoreSpec")), self.options.partitions)
-        if self.layout.partitions is not None and self.partition >= self.layout.partitions:
-            raise ValueError(f"partition {self.partition} is out of range for {self.layout.partitions} partitions")
+        layout = Layout.of(list(check_iterable(stores, "stores", "StoreSpec")), self.options.partitions)
+        if layout.partitions is not None and self.partition >= layout.partitions:
+            raise ValueError(f"partition {self.partition} is out of range for {layout.partitions} partitions")
         check_instance(filesystem, pafs.FileSystem, "filesystem")
         if on_changes is not None and not callable(on_changes):
             raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
-        self.checkpoint_location = checkpoint_location
         fs, root = resolve_location(checkpoint_location, filesystem)
         generation = current_generation(checkpoint_location, self.partition, filesystem)
-        self.durable = DurableDir(fs, partition_dir(root, self.partition, generation))
         self._commit_log = DurableDir(fs, commits_dir(root))  # Spark's: which batches the driver committed
         self._local_key = local_key(checkpoint_location, generation)
-        self.local = LocalPartitionDir(resources.local_dir, self._local_key, self.partition)
+        self.place = PartitionPlace(
+            checkpoint_location,
+            self.partition,
+            layout,
+            DurableDir(fs, partition_dir(root, self.partition, generation)),
+            LocalPartitionDir(resources.local_dir, self._local_key, self.partition),
+        )
         self.cache = resources.cache
         self.on_changes = on_changes
         self.open_copies = resources.open_copies
         self.snapshots = SnapshotSchedule(
-            self.durable,
-            self.local,
-            self.partition,
+            self.place,
             interval=self.options.snapshot_interval,
             min_batches_to_retain=self.options.min_batches_to_retain,
             retention_grace_seconds=self.options.retention_grace_seconds,
@@ -124,13 +127,22 @@ class PartitionState:
         self._prepared: VersionId | None = None
         self._uploads: list[Future] = []
 
+    @property
+    def durable(self) -> DurableDir:
+        return self.place.durable
+
+    @property
+    def local(self) -> LocalPartitionDir:
+        """The local directory (a kept copy's handle on it after an `open` that took one)."""
+        return self.place.local
+
     def __repr__(self) -> str:
         state = "closed" if self.lifecycle is Lifecycle.CLOSED else f"{self.lifecycle.value} for batch {self.batch_id}"
-        return f"<PartitionState {self.partition} of {self.checkpoint_location} {state}>"
+        return f"<PartitionState {self.partition} of {self.place.location} {state}>"
 
     @property
     def specs(self) -> tuple[StoreSpec, ...]:
-        return self.layout.stores
+        return self.place.layout.stores
 
     @property
     def version(self) -> int:
@@ -161,11 +173,7 @@ class PartitionState:
         kept = self._take_kept_copy()
         try:
             recovery = Recovery(
-                self.durable,
-                self.local,
-                self.partition,
-                self.layout,
-                self.checkpoint_location,
+                self.place,
                 self._open_db,
                 self.metrics,
                 every_batch=self.options.every_batch,
@@ -177,7 +185,7 @@ class PartitionState:
                 self._forget_local_changelogs()
                 meta = PartitionMetadata(db)
                 recorded = meta.layout()
-                layout = self.layout.merged_with(recorded)
+                layout = self.place.layout.merged_with(recorded)
                 if recorded is None or recorded.to_json() != layout.to_json():
                     meta.record_layout(layout)
                 if self.snapshots.due(meta, committed):
@@ -209,10 +217,11 @@ class PartitionState:
             self.open_copies.discard(copy, "RocksDB reported damaged data in it")
             copy = None
         if copy is None:
-            self.local = LocalPartitionDir(self.resources.local_dir, self._local_key, self.partition)
+            fresh = LocalPartitionDir(self.resources.local_dir, self._local_key, self.partition)
+            self.place = self.place.with_local(fresh)
             self.local.lock(self.options.lock_timeout)
             return None
-        self.local = copy.local  # holds the lock
+        self.place = self.place.with_local(copy.local)  # holds the lock
         if copy.options == self._db_options():
             self.metrics.kept_open = True
             return copy.db, copy.pending
@@ -225,7 +234,7 @@ class PartitionState:
 
     def _db_options(self) -> tuple:
         # what a kept database must have been opened with (and for) to be reused as it is
-        return (self.options.uncommitted_max_bytes, self.resources.rocks_memory, self.layout.to_json())
+        return (self.options.uncommitted_max_bytes, self.resources.rocks_memory, self.place.layout.to_json())
 
     def _open_db(self) -> TransactionalDatabase:
         # changelogs redo what a crash loses: no WAL, and an ordered (not atomic) flush
@@ -298,7 +307,8 @@ class PartitionState:
         path = self.local.changelog(version)
         temp = path + ".tmp"
         header = ChangelogHeader(
-            self.partition, version, self.committed.version, self.committed.id, tuple(db.stores), self.layout.as_dict()
+            self.partition, version, self.committed.version, self.committed.id, tuple(db.stores),
+            self.place.layout.as_dict(),
         )
         with open(temp, "wb") as out:
             writer = ChangelogWriter(out, header)

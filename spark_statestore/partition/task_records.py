@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.filesystem import DurableDir, small_json
-from spark_statestore.checkpoint.names import metrics_name, metrics_version_and_id
+from spark_statestore.checkpoint.names import metrics_name
 from spark_statestore.errors import CorruptStateError
 from spark_statestore.partition.history import DurableHistory, Vanished
 from spark_statestore.partition.reading import NoStateError, StateLocation
@@ -45,16 +45,6 @@ def write_task_record(durable: DurableDir, partition: int, version: int, ident: 
     if len(data) > MAX_RECORD_BYTES:
         raise ValueError(f"the metrics record of version {version} is {len(data)} bytes (at most {MAX_RECORD_BYTES})")
     return durable.publish_bytes(metrics_name(version, ident), data)
-
-
-def list_task_records(durable: DurableDir) -> dict[tuple[int, int], pafs.FileInfo]:
-    """The metrics records of a partition by (version, changelog id); other names are ignored."""
-    out = {}
-    for info in durable.list():
-        key = metrics_version_and_id(info.base_name)
-        if key is not None:
-            out[key] = info
-    return out
 
 
 def _parse(durable: DurableDir, name: str, size: int | None, partition: int, version: int, ident: int) -> dict:
@@ -90,7 +80,7 @@ def read_partition_records(
     """Add to `out` the record of each of `versions` (at most `head`, the newest committed)
     of `partition`: the one of its durable changelog's attempt."""
     history = DurableHistory.read(durable, partition, head)
-    files = list_task_records(durable)
+    files = history.files.records  # the same listing
     for version in sorted(v for v in versions if v <= head and v in history.changelogs):
         try:
             ident = history.durable_id(version)

@@ -18,11 +18,10 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
-from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.retention import retain
 from spark_statestore.checkpoint.snapshots import upload_snapshot
-from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import PartitionMetadata, VersionId
+from spark_statestore.partition.place import PartitionPlace
 from spark_statestore.txn.database import TransactionalDatabase
 
 log = logging.getLogger("spark_statestore.partition")
@@ -52,22 +51,18 @@ class Uploader:
 
 
 class SnapshotSchedule:
-    """When to snapshot a partition, and the upload job (see module docstring)."""
+    """When to snapshot the partition at `place`, and the upload job (see module docstring)."""
 
     def __init__(
         self,
-        durable: DurableDir,
-        local: LocalPartitionDir,
-        partition: int,
+        place: PartitionPlace,
         *,
         interval: int,
         min_batches_to_retain: int,
         retention_grace_seconds: float,
         verify: Callable[[str], None],
     ) -> None:
-        self.durable = durable
-        self.local = local
-        self.partition = partition
+        self.place = place
         self.interval = interval
         self.min_batches_to_retain = min_batches_to_retain
         self.retention_grace_seconds = retention_grace_seconds
@@ -78,13 +73,14 @@ class SnapshotSchedule:
 
     def take(self, db: TransactionalDatabase, meta: PartitionMetadata, committed: VersionId, uploader: Uploader) -> Future:
         """Checkpoint the committed state locally and submit its upload."""
-        os.makedirs(self.local.snapshot_dir, exist_ok=True)
+        snapshot_dir = self.place.local.snapshot_dir
+        os.makedirs(snapshot_dir, exist_ok=True)
         now = time.time()
-        for name in os.listdir(self.local.snapshot_dir):
-            stale = os.path.join(self.local.snapshot_dir, name)
+        for name in os.listdir(snapshot_dir):
+            stale = os.path.join(snapshot_dir, name)
             if now - os.path.getmtime(stale) > _STALE_SNAPSHOT_SECONDS:
                 shutil.rmtree(stale, ignore_errors=True)
-        destination = os.path.join(self.local.snapshot_dir, str(committed.version))
+        destination = os.path.join(snapshot_dir, str(committed.version))
         shutil.rmtree(destination, ignore_errors=True)
         # recorded first, so the snapshot itself says it was taken (no second snapshot of the
         # same version after a restore from it)
@@ -93,18 +89,18 @@ class SnapshotSchedule:
         return uploader.submit(self._upload, destination, committed)
 
     def _upload(self, local_checkpoint: str, committed: VersionId) -> dict:
+        durable, partition = self.place.durable, self.place.partition
         try:
             manifest = upload_snapshot(
-                self.durable, local_checkpoint, committed.version, self.partition, committed.id, self._verify
+                durable, local_checkpoint, committed.version, partition, committed.id, self._verify
             )
             manifest["retention"] = retain(
-                self.durable, committed.version, self.min_batches_to_retain, self.retention_grace_seconds
+                durable, committed.version, self.min_batches_to_retain, self.retention_grace_seconds
             )
             return manifest
         except BaseException:
             log.warning(
-                "partition %d: snapshot %d upload to %s failed", self.partition, committed.version, self.durable,
-                exc_info=True,
+                "partition %d: snapshot %d upload to %s failed", partition, committed.version, durable, exc_info=True
             )
             raise
         finally:

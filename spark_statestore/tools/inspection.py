@@ -6,17 +6,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import pyarrow.fs as pafs
-
-from spark_statestore.checkpoint.filesystem import DurableDir
-from spark_statestore.checkpoint.names import SHARED, SNAPSHOTS, aside_name, list_changelogs, snapshot_versions
+from spark_statestore.checkpoint.files import PartitionFiles
 from spark_statestore.partition.reading import StateLocation
 from spark_statestore.stores.kinds import kind_named
 
 
 @dataclass(frozen=True)
 class PartitionFacts:
-    """One partition's durable versions and the bytes they take."""
+    """One partition's durable versions and the bytes they take (`files.TOTALS`: every
+    durable file counts in one of them)."""
 
     partition: int
     changelogs: list[int]
@@ -24,6 +22,7 @@ class PartitionFacts:
     snapshots: list[int]
     changelog_bytes: int
     snapshot_bytes: int
+    metrics_bytes: int
 
     @property
     def span(self) -> str:
@@ -46,26 +45,17 @@ class StateFacts:
 
 
 def partition_facts(state: StateLocation, partition: int) -> PartitionFacts:
-    durable = state.durable(partition)
-    changelogs, asides = list_changelogs(durable)
-    aside_names = {aside_name(v, i) for v, ids in asides.items() for i in ids}
-    changelog_bytes = sum(info.size for info in changelogs.values())
-    changelog_bytes += sum(info.size for info in durable.list() if info.base_name in aside_names)
-    snapshot_bytes = sum(info.size or 0 for sub in (SNAPSHOTS, SHARED) for info in _files(durable, sub))
+    files = PartitionFiles.read(state.durable(partition))
+    totals = files.totals()
     return PartitionFacts(
         partition,
-        sorted(changelogs),
-        sum(len(ids) for ids in asides.values()),
-        snapshot_versions(durable),
-        changelog_bytes,
-        snapshot_bytes,
+        sorted(files.changelogs),
+        sum(len(ids) for ids in files.asides.values()),
+        files.snapshots,
+        totals["changelog"],
+        totals["snapshot"],
+        totals["metrics"],
     )
-
-
-def _files(durable: DurableDir, subdir: str) -> list[pafs.FileInfo]:
-    """Every file under `subdir` of `durable`, recursively."""
-    selector = pafs.FileSelector(durable.path(subdir), allow_not_found=True, recursive=True)
-    return [info for info in durable.fs.get_file_info(selector) if info.type == pafs.FileType.File]
 
 
 def inspect_state(location: str) -> StateFacts:
@@ -91,10 +81,10 @@ def render(facts: StateFacts) -> str:
     committed = "none" if facts.committed_batch is None else str(facts.committed_batch)
     lines.append(f"partitions: {len(facts.partitions)} with state (partition count: {count})")
     lines.append(f"committed batch: {committed} (Spark's commit log)")
-    header = ("partition", "changelogs", "set aside", "snapshots", "changelog bytes", "snapshot bytes")
+    header = ("partition", "changelogs", "set aside", "snapshots", "changelog bytes", "snapshot bytes", "metrics bytes")
     rows = [
         (str(p.partition), p.span, str(p.set_aside), ",".join(map(str, p.snapshots)) or "none",
-         str(p.changelog_bytes), str(p.snapshot_bytes))
+         str(p.changelog_bytes), str(p.snapshot_bytes), str(p.metrics_bytes))
         for p in facts.partitions
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

@@ -11,14 +11,8 @@ from dataclasses import dataclass, field
 
 from spark_statestore.checkpoint.changelog import Changelog
 from spark_statestore.checkpoint.filesystem import DurableDir, NotAFileError, resolve_location
-from spark_statestore.checkpoint.names import (
-    QUERY_LAYOUT,
-    aside_name,
-    changelog_name,
-    list_changelogs,
-    snapshot_versions,
-    statestore_dir,
-)
+from spark_statestore.checkpoint.files import PartitionFiles
+from spark_statestore.checkpoint.names import QUERY_LAYOUT, statestore_dir
 from spark_statestore.checkpoint.snapshots import restore_snapshot
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.reading import NoStateError, StateLocation, VersionReader
@@ -124,14 +118,11 @@ def _verify_partition(
 ) -> None:
     durable = state.durable(partition)
     try:
-        changelogs, asides = list_changelogs(durable)
-        snapshots = snapshot_versions(durable)
+        files = PartitionFiles.read(durable)
     except NotAFileError as e:  # nothing more of the partition is read: its history is not what it says
         report.problems.append(Problem(partition, f"the durable files under {durable.uri('')}", str(e)))
         return
-    names = [(v, changelog_name(v)) for v in sorted(changelogs)]
-    names += [(v, aside_name(v, i)) for v in sorted(asides) for i in sorted(asides[v])]
-    for version, name in names:
+    for version, name in files.checked():
         report.changelogs += 1
         path = os.path.join(scratch, "changelog")
         try:
@@ -144,7 +135,7 @@ def _verify_partition(
         finally:
             if os.path.exists(path):
                 os.remove(path)
-    for version in snapshots:
+    for version in files.snapshots:
         report.snapshots += 1
         try:
             restore_snapshot(durable, version, os.path.join(scratch, "snapshot"), partition)

@@ -3,7 +3,9 @@ supported minor.
 
 Supporting another minor means adding its `PysparkMinor` to `MINORS` (after checking
 each fact against that minor's source); nothing else in the package names a version. A
-pyspark whose minor is not here fails at import (`minor_facts`).
+pyspark whose minor is not here fails at import (`minor_facts`). `MINORS` is the one list
+of supported versions: pyproject's pyspark bounds, `./dev`'s patches and the README's
+version table are checked against it (tests/test_supported_versions.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ class PysparkMinor:
     """The pyspark internals of one minor that spark_statestore relies on (see the
     package docstring for what each is used for)."""
 
+    # the minor's latest patch, which every fact was checked against and the tests run on
+    patch: str
     # pyspark.worker: the function that runs one task's steps, and the calls in it whose
     # order matters (the earlier one must come first in its source)
     task_function: str
@@ -52,11 +56,12 @@ class PysparkMinor:
     reader_filter_pushdown: bool
 
 
-def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_admission_control: bool,
+def _minor(patch: str, task_function: str, read_udfs_parameters: tuple[str, ...], stream_admission_control: bool,
            offline_repartition: bool, connect_transform_with_state: bool = True,
            row_transform_with_state: bool = True, reader_filter_pushdown: bool = True) -> PysparkMinor:
     """A minor's facts; what no supported minor changed is the same for all."""
     return PysparkMinor(
+        patch=patch,
         task_function=task_function,
         output_then_accumulators=("dump_stream", "send_accumulator_updates"),
         context_then_udfs=("_setTaskContext", "read_udfs("),
@@ -71,24 +76,24 @@ def _minor(task_function: str, read_udfs_parameters: tuple[str, ...], stream_adm
     )
 
 
-# Each checked against that minor's latest patch (4.0.5, 4.1.4, 4.2.1, 4.3.0): its
+# Each checked against that minor's latest patch (its `patch`): its
 # pyspark/worker.py and pyspark/sql/streaming/ (the JVM shim checks its own internals, the same
 # in the four: QueryTriggers.java, the trigger clock; ReadLimits.java, adaptive admission:
 # StreamExecution.uniqueSources, FileStreamSource.metadataLog, the sources that take a bound,
 # with Python data sources' PythonMicroBatchStreamWithAdmissionControl from 4.2, as
 # `stream_admission_control` says).
 MINORS: dict[str, PysparkMinor] = {
-    "4.0": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
+    "4.0": _minor("4.0.5", "main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
                   offline_repartition=False, connect_transform_with_state=False, row_transform_with_state=False,
                   reader_filter_pushdown=False),
-    "4.1": _minor("main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
+    "4.1": _minor("4.1.4", "main", ("pickleSer", "infile", "eval_type"), stream_admission_control=False,
                   offline_repartition=False),
     "4.2": _minor(
-        "main", ("pickleSer", "infile", "eval_type", "runner_conf", "eval_conf"), stream_admission_control=True,
-        offline_repartition=True,
+        "4.2.1", "main", ("pickleSer", "infile", "eval_type", "runner_conf", "eval_conf"),
+        stream_admission_control=True, offline_repartition=True,
     ),
     "4.3": _minor(
-        "invoke_udf", ("pickleSer", "udf_info_list", "eval_type", "runner_conf", "eval_conf"),
+        "4.3.0", "invoke_udf", ("pickleSer", "udf_info_list", "eval_type", "runner_conf", "eval_conf"),
         stream_admission_control=True, offline_repartition=True,
     ),
 }

@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from spark_statestore.partition.options import PartitionOptions
 from spark_statestore.spark.driver.slots import session_task_slots, share_per_task, task_cpus
 from spark_statestore.spark.signals import SECRET_KEY, TARGET_KEY
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES
@@ -129,6 +130,7 @@ class Setting:
     parse: Callable[[str, Any], Any]
 
 
+_PROTOCOL = PartitionOptions()  # the partition protocol's defaults, which its settings share
 SETTINGS = (
     Setting(ISOLATION_LEVEL, "isolation_level", "READ_COMMITTED", parse_isolation),
     Setting(CACHE_MAX_BYTES, "cache_max_bytes", "10485760", lambda k, v: parse_bytes(k, v, 0)),
@@ -138,10 +140,13 @@ SETTINGS = (
         str(DEFAULT_UNCOMMITTED_MAX_BYTES),
         lambda k, v: parse_bytes(k, v, -1),
     ),
-    Setting(SNAPSHOT_INTERVAL, "snapshot_interval", "10", lambda k, v: parse_int(k, v, 1)),
-    Setting(MIN_BATCHES_TO_RETAIN, "min_batches_to_retain", "100", lambda k, v: parse_int(k, v, 1)),
+    Setting(SNAPSHOT_INTERVAL, "snapshot_interval", str(_PROTOCOL.snapshot_interval), lambda k, v: parse_int(k, v, 1)),
+    Setting(
+        MIN_BATCHES_TO_RETAIN, "min_batches_to_retain", str(_PROTOCOL.min_batches_to_retain),
+        lambda k, v: parse_int(k, v, 1),
+    ),
     Setting(LOCAL_DIR, "local_dir", None, parse_local_dir),
-    Setting(LOCK_TIMEOUT, "lock_timeout", "120", lambda k, v: float(parse_int(k, v, 0))),
+    Setting(LOCK_TIMEOUT, "lock_timeout", str(int(_PROTOCOL.lock_timeout)), lambda k, v: float(parse_int(k, v, 0))),
     Setting(ROCKSDB_MEMORY_BYTES, "rocksdb_memory_bytes", "268435456", lambda k, v: parse_bytes(k, v, 1 << 20)),
     Setting(EARLY_TRIGGER_ENABLED, "early_trigger_enabled", "true", parse_bool),
     Setting(SIGNAL_PORT, "signal_port", "0", parse_port),

@@ -25,7 +25,9 @@ from spark_statestore.spark.reader.request import (
     option,
     refuse_options,
 )
-from spark_statestore.spark.reader.stream import change_stream_reader
+from spark_statestore.spark.reader.stream import ChangeStreamReader
+
+ADMISSION_OPTIONS = ("maxBatchesPerTrigger", "maxRowsPerTrigger")
 
 
 class StateStoreDataSource(DataSource):
@@ -69,6 +71,24 @@ class StateStoreDataSource(DataSource):
         refuse_options(self.options, RANGE_OPTIONS, "applies to a batch read of changes; a stream starts at "
                        "startingBatchId and reads every batch committed after it")
         return change_stream_reader(self._request(), schema)
+
+
+def change_stream_reader(request: ReadRequest, schema: StructType) -> DataSourceStreamReader:
+    """The stream reader of this pyspark: with admission control (`maxBatchesPerTrigger`,
+    `maxRowsPerTrigger`) where Python streaming sources have it, else without, refusing those
+    options by name."""
+    if compat.FACTS.stream_admission_control:
+        from spark_statestore.spark.reader.admitted import AdmittedChangeStreamReader
+
+        return AdmittedChangeStreamReader(request, schema)
+    for name in ADMISSION_OPTIONS:
+        if option(request.options, name) is not None:
+            raise ValueError(
+                f"option {name} needs admission control for Python streaming sources, which "
+                f"pyspark {compat.VERSION} lacks ({compat.minors_with('stream_admission_control')} has it): "
+                f"leave {name} out to read every committed batch in each trigger"
+            )
+    return ChangeStreamReader(request, schema)
 
 
 class StateMetadataDataSource(DataSource):

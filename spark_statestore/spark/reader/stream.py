@@ -8,12 +8,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from spark_statestore.spark import compat
 from spark_statestore.spark.reader.changes import ChangesReader, check_one_shape
 from spark_statestore.spark.reader.columns import column_for, value_column
-from spark_statestore.spark.reader.request import ReadRequest, int_option, option
-
-ADMISSION_OPTIONS = ("maxBatchesPerTrigger", "maxRowsPerTrigger")
+from spark_statestore.spark.reader.request import ReadRequest, int_option
 
 
 class ChangeStreamReader(ChangesReader, DataSourceStreamReader):
@@ -46,21 +43,3 @@ class ChangeStreamReader(ChangesReader, DataSourceStreamReader):
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the changelogs are the writer's to keep or retire."""
-
-
-def change_stream_reader(request: ReadRequest, schema: StructType) -> DataSourceStreamReader:
-    """The stream reader of this pyspark: with admission control (`maxBatchesPerTrigger`,
-    `maxRowsPerTrigger`) where Python streaming sources have it, else without, refusing those
-    options by name."""
-    if compat.FACTS.stream_admission_control:
-        from spark_statestore.spark.reader.admitted import AdmittedChangeStreamReader
-
-        return AdmittedChangeStreamReader(request, schema)
-    for name in ADMISSION_OPTIONS:
-        if option(request.options, name) is not None:
-            raise ValueError(
-                f"option {name} needs admission control for Python streaming sources, which "
-                f"pyspark {compat.VERSION} lacks ({compat.minors_with('stream_admission_control')} has it): "
-                f"leave {name} out to read every committed batch in each trigger"
-            )
-    return ChangeStreamReader(request, schema)

@@ -1,0 +1,222 @@
+"""The kinds of durable file in a partition's directory, in one table (`KINDS`), and one
+listing of that directory (`PartitionFiles`) that history, retention, inspection and
+verification share.
+
+    kind                 name                      retention       inspect's total  verify
+    changelog            <V>.changelog             below the base  changelog        checked
+    set-aside changelog  <V>.<id>.changelog        below the base  changelog        checked
+    metrics record       <V>.<id>.metrics          below the base  metrics          -
+    snapshot manifest    snapshots/<V>.manifest    below the base  snapshot         restored
+    snapshot file        snapshots/<V>/<file>      below the base  snapshot         restored
+    shared SST file      sst/<sha256>-<size>.sst   unreferenced    snapshot         restored
+    temporary            .tmp-<uuid>-<name>        stale           -                -
+
+"Below the base": deleted once a complete snapshot above its version stands in for it
+(`retention.py`); "unreferenced": deleted once no kept snapshot lists it and it is older
+than the grace period; "stale": a crashed publish's, deleted once an hour old. A name of a
+kind that `verify` checks, on anything but a regular file, is `NotAFileError` (never taken
+for a missing file). A metrics record is read leniently (`partition.task_records`: a bad
+one is skipped and named), so `verify` leaves it alone. A new kind of file is a row here: retention, `inspect` and `verify`
+take it from the table.
+
+A listing reads the partition's root and `snapshots/` once each; `sst/` and a snapshot's own
+folder are read when first asked for, once each.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pyarrow.fs as pafs
+
+from spark_statestore.checkpoint import names
+from spark_statestore.checkpoint.filesystem import TEMP_PREFIX, DurableDir, NotAFileError, not_a_file
+
+
+class Retention(enum.Enum):
+    """When retention deletes a kind of file (see module docstring)."""
+
+    BELOW_BASE = "below the base"
+    UNREFERENCED = "unreferenced"
+    STALE = "stale"
+
+
+@dataclass(frozen=True)
+class FileKind:
+    """One kind of durable file: the folder it is in, its name's pattern and what a name
+    gives (`key`: the version, or the version and the changelog id), when retention deletes
+    it, which of `inspect`'s byte totals counts it, and whether `verify` checks it."""
+
+    name: str
+    folder: str  # "" (the partition's root), names.SNAPSHOTS, a snapshot's own folder, names.SHARED
+    pattern: re.Pattern[str]
+    key: Callable[[re.Match[str]], Any]
+    retention: Retention
+    total: str | None
+    checked: bool
+
+    def parse(self, base_name: str) -> Any:
+        """The key of a file of this kind's name (None for any other name)."""
+        match = self.pattern.match(base_name)
+        return None if match is None else self.key(match)
+
+
+def _version(match: re.Match[str]) -> int:
+    return int(match.group(1))
+
+
+def _version_and_id(match: re.Match[str]) -> tuple[int, int]:
+    return int(match.group(1)), int(match.group(2), 16)
+
+
+def _whole(match: re.Match[str]) -> str:
+    return match.group(0)
+
+
+_BELOW, _UNREFERENCED, _STALE = Retention.BELOW_BASE, Retention.UNREFERENCED, Retention.STALE
+_TEMPORARY = re.compile(rf"^{re.escape(TEMP_PREFIX)}.*", re.S)
+_OWN = f"{names.SNAPSHOTS}/<V>"
+
+# the table: name, folder, pattern, key, retention, inspect's total, checked by verify
+CHANGELOG = FileKind("changelog", "", names.CHANGELOG, _version, _BELOW, "changelog", True)
+ASIDE = FileKind("set-aside changelog", "", names.ASIDE, _version_and_id, _BELOW, "changelog", True)
+METRICS = FileKind("metrics record", "", names.METRICS, _version_and_id, _BELOW, "metrics", False)
+MANIFEST = FileKind("snapshot manifest", names.SNAPSHOTS, names.MANIFEST, _version, _BELOW, "snapshot", True)
+SNAPSHOT_FILE = FileKind("snapshot file", _OWN, names.SNAPSHOT_FILE, _whole, _BELOW, "snapshot", True)
+SHARED = FileKind("shared SST file", names.SHARED, names.SHARED_BASE, _whole, _UNREFERENCED, "snapshot", True)
+TEMPORARY = FileKind("temporary", "", _TEMPORARY, _whole, _STALE, None, False)
+
+KINDS = (CHANGELOG, ASIDE, METRICS, MANIFEST, SNAPSHOT_FILE, SHARED, TEMPORARY)
+TOTALS = tuple(dict.fromkeys(kind.total for kind in KINDS if kind.total is not None))  # inspect's byte totals
+
+
+Found = dict[FileKind, dict[Any, pafs.FileInfo]]
+
+
+def _scan(durable: DurableDir, folder: str, kinds: tuple[FileKind, ...]) -> tuple[Found, list[str]]:
+    """One listing of `folder`: its files of `kinds` by key (other names are ignored), and
+    the names of its folders. A name of a checked kind on anything but a regular file is
+    `NotAFileError` naming each."""
+    files, others = durable.scan(folder, temporaries=TEMPORARY in kinds)
+    odd = [
+        not_a_file(durable.uri(f"{folder}/{name}" if folder else name), what)
+        for name, what in sorted(others.items())
+        if any(kind.checked and kind.parse(name) is not None for kind in kinds)
+    ]
+    if odd:
+        raise NotAFileError("; ".join(odd))
+    found: Found = {kind: {} for kind in kinds}
+    for info in files:
+        for kind in kinds:
+            key = kind.parse(info.base_name)
+            if key is not None:
+                found[kind][key] = info
+                break
+    return found, sorted(name for name, what in others.items() if what == "a directory")
+
+
+_ROOT = (CHANGELOG, ASIDE, METRICS, TEMPORARY)
+
+
+def _version_of(key: Any) -> int:
+    return key[0] if isinstance(key, tuple) else key
+
+
+@dataclass
+class PartitionFiles:
+    """The durable files of one partition as one listing shows them (see module docstring)."""
+
+    durable: DurableDir
+    found: Found  # the root's kinds and the manifests, by kind and key
+    snapshot_dirs: list[int]  # versions with a folder of their own files (a manifest's, or a torn upload's)
+    _shared: dict[str, pafs.FileInfo] | None = field(default=None, repr=False)
+    _own: dict[int, dict[str, pafs.FileInfo]] = field(default_factory=dict, repr=False)
+
+    @staticmethod
+    def read(durable: DurableDir) -> PartitionFiles:
+        """List the partition's root and `snapshots/` (once each)."""
+        root, _ = _scan(durable, "", _ROOT)
+        snapshots, folders = _scan(durable, names.SNAPSHOTS, (MANIFEST,))
+        dirs = (names.number_of(name) for name in folders)
+        return PartitionFiles(durable, {**root, **snapshots}, sorted(v for v in dirs if v is not None))
+
+    @property
+    def changelogs(self) -> dict[int, pafs.FileInfo]:
+        """The changelogs by version."""
+        return self.found[CHANGELOG]
+
+    @property
+    def asides(self) -> dict[int, dict[int, pafs.FileInfo]]:
+        """The set-aside changelogs by version, then by changelog id."""
+        out: dict[int, dict[int, pafs.FileInfo]] = {}
+        for (version, ident), info in sorted(self.found[ASIDE].items()):
+            out.setdefault(version, {})[ident] = info
+        return out
+
+    @property
+    def records(self) -> dict[tuple[int, int], pafs.FileInfo]:
+        """The metrics records by (version, changelog id)."""
+        return self.found[METRICS]
+
+    @property
+    def snapshots(self) -> list[int]:
+        """Versions that have a snapshot manifest, ascending."""
+        return sorted(self.found[MANIFEST])
+
+    @property
+    def temporaries(self) -> list[pafs.FileInfo]:
+        return list(self.found[TEMPORARY].values())
+
+    @property
+    def shared(self) -> dict[str, pafs.FileInfo]:
+        """The shared SST files by durable name (`sst/` is listed on first use)."""
+        if self._shared is None:
+            found = _scan(self.durable, names.SHARED, (SHARED,))[0][SHARED]
+            self._shared = {f"{names.SHARED}/{name}": info for name, info in found.items()}
+        return self._shared
+
+    def own_files(self, version: int) -> dict[str, pafs.FileInfo]:
+        """The snapshot of `version`'s own files by durable name (listed on first use)."""
+        if version not in self._own:
+            folder = names.snapshot_dir(version)
+            found = _scan(self.durable, folder, (SNAPSHOT_FILE,))[0][SNAPSHOT_FILE]
+            self._own[version] = {f"{folder}/{name}": info for name, info in found.items()}
+        return self._own[version]
+
+    def below(self, base: int, kind: FileKind) -> list[str]:
+        """The durable names of the listed files of `kind` (a kind retention deletes below
+        the base) whose version is below `base`."""
+        if kind.retention is not Retention.BELOW_BASE:
+            raise ValueError(f"retention does not delete {kind.name}s by version")
+        folder = f"{kind.folder}/" if kind.folder else ""
+        return [folder + info.base_name for key, info in sorted(self.found[kind].items()) if _version_of(key) < base]
+
+    def checked(self) -> list[tuple[int, str]]:
+        """`(version, name)` of the root's files that `verify` reads against their own
+        checksums (the changelogs, then the set-aside ones; snapshots: by a restore), each
+        kind in version order."""
+        kinds = [kind for kind in KINDS if kind.checked and kind.folder == ""]
+        return [(_version_of(key), info.base_name) for kind in kinds for key, info in sorted(self.found[kind].items())]
+
+    def totals(self) -> dict[str, int]:
+        """Bytes per `inspect` total (`TOTALS`), over every file of a kind it counts (each
+        snapshot folder and `sst/` are listed for it)."""
+        out = dict.fromkeys(TOTALS, 0)
+        for kind, files in self._by_kind().items():
+            if kind.total is not None:
+                out[kind.total] += sum(info.size or 0 for info in files)
+        return out
+
+    def _by_kind(self) -> dict[FileKind, list[pafs.FileInfo]]:
+        listed = {kind: list(found.values()) for kind, found in self.found.items()}
+        listed[SNAPSHOT_FILE] = [info for v in self.snapshot_dirs for info in self.own_files(v).values()]
+        listed[SHARED] = list(self.shared.values())
+        return listed
+
+
+def snapshot_versions(durable: DurableDir) -> list[int]:
+    """Versions that have a snapshot manifest, ascending (`snapshots/` alone listed)."""
+    return sorted(_scan(durable, names.SNAPSHOTS, (MANIFEST,))[0][MANIFEST])
