@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from spark_statestore.partition.reading import StateLocation
 from spark_statestore.partition.task_records import committed_task_records
 from spark_statestore.spark import compat
 from spark_statestore.spark.batch_facts import ABSENT, read_batch_facts
@@ -51,7 +52,9 @@ class StateStoreMetrics:
 
     def task_records(self, batches: int | None = None, after: int = -1) -> list[dict]:
         """The records of the newest `batches` committed batches (all with None) after
-        batch `after`, ordered by batch and partition."""
+        batch `after`, ordered by batch and partition; `NoStateError` naming the location
+        when there is no state under it (as the records reader raises)."""
+        StateLocation.open(self.checkpoint_location, self.filesystem)
         read = committed_task_records(self.checkpoint_location, batches, self.filesystem, after)
         records, problems = [], list(read.problems)
         for key, record in sorted(read.records.items()):
@@ -86,10 +89,10 @@ class StateStoreMetrics:
 
     def recent(self, batches: int = 20) -> Any:
         """The newest `batches` committed batches' summaries as a pandas DataFrame (one row
-        per batch)."""
-        import pandas as pd
+        per batch; every column is there, printing it shows the main ones: `batch_view`)."""
+        from spark_statestore.spark.driver.batch_view import batch_frame
 
-        return pd.DataFrame(self.batches(batches))
+        return batch_frame(self.batches(batches))
 
     def tasks(self, batches: int | None = None) -> Any:
         """The task records of the newest `batches` committed batches (all kept ones with
