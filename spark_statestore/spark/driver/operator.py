@@ -1,7 +1,8 @@
 """What the driver builds for a stateful operator before any task runs.
 
 `build_operator(...)` reads and checks the session's `spark.statestore.*` settings (and, for
-transformWithStateInPandas, Spark's RocksDB state store provider setting), checks
+transformWithStateInPandas, Spark's RocksDB state store provider setting), checks that
+the Python Spark starts for tasks can import this package (`worker_python`), checks
 that the state can be written under the checkpoint location, records the state's layout
 there (stores, serdes, partition count: a query cannot come back with other ones), and
 returns the `OperatorConfig` that travels to the tasks inside the pickled function or
@@ -27,6 +28,7 @@ from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.driver.partition_count import check_partition_count
 from spark_statestore.spark.driver.session import session_services
 from spark_statestore.spark.driver.settings import StateStoreSettings, check_rocksdb_provider, session_conf
+from spark_statestore.spark.driver.worker_python import check_worker_python
 from spark_statestore.spark.signals import SignalTarget
 from spark_statestore.validation import check_int, describe
 
@@ -105,6 +107,7 @@ def build_operator(
     if operator == "transformWithStateInPandas":
         check_rocksdb_provider(session_conf(spark))
     settings = StateStoreSettings.from_spark(spark)
+    check_worker_python(spark, session_conf(spark))
     declarations = declarations_of(stores)
     check_checkpoint_location(checkpoint_location)
     declarations = evolve_declarations(declarations, checkpoint_location)  # record value schemas

@@ -42,6 +42,13 @@ public final class StateStoreDriver {
     static final String RETAIN = "spark.statestore.minBatchesToRetain";
     static final String LISTENERS = "spark.sql.streaming.streamingQueryListeners";
     private static final Logger LOG = LoggerFactory.getLogger(StateStoreDriver.class);
+    /**
+     * Each batch's line, at WARN so that Spark's default log (root level WARN in a pyspark
+     * session) shows it; silenced by this logger's level (log4j2.properties:
+     * {@code logger.ssb.name = spark_statestore.batches}, {@code logger.ssb.level = error}).
+     */
+    static final String BATCH_LOGGER = "spark_statestore.batches";
+    private static final Logger BATCHES = LoggerFactory.getLogger(BATCH_LOGGER);
     private static final int KEEP_CARRIED = 1000;
     private static StateStoreDriver current;
 
@@ -281,7 +288,11 @@ public final class StateStoreDriver {
                 }
             }
             decision = governor.batchEnded(queryId, batchId, batch, accumulated);
-            source.batchEnded(StateStoreSource.label(progress.name(), queryId), batchId, batch, decision);
+            String label = StateStoreSource.label(progress.name(), queryId);
+            StateStoreSource.Batch figures = source.batchEnded(label, batchId, batch, decision);
+            if (figures != null) {
+                BATCHES.warn(figures.line(label, lateRows(progress)));
+            }
             if (cutShort) {
                 wake(queryId, batchId);
             }
@@ -294,10 +305,7 @@ public final class StateStoreDriver {
         if (run.files == null) {
             return;
         }
-        long dropped = 0;
-        for (StateOperatorProgress operator : progress.stateOperators()) {
-            dropped += operator.numRowsDroppedByWatermark();
-        }
+        long dropped = lateRows(progress);
         try {
             run.wanted = run.wanted || run.files.wanted();
             if (run.wanted) {
@@ -307,6 +315,15 @@ public final class StateStoreDriver {
             LOG.warn("spark_statestore: cannot write the file of query {} batch {} under {}: {}",
                     queryId, batchId, run.files.root(), e.toString());
         }
+    }
+
+    /** Input rows Spark's stateful operators dropped behind the watermark in the batch. */
+    private static long lateRows(StreamingQueryProgress progress) {
+        long dropped = 0;
+        for (StateOperatorProgress operator : progress.stateOperators()) {
+            dropped += operator.numRowsDroppedByWatermark();
+        }
+        return dropped;
     }
 
     /**
