@@ -92,6 +92,8 @@ def test_a_plain_script_logs_one_warn_line_per_batch_to_the_driver_log_not_stdou
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(LINE.findall(done.stderr)) == ["0", "1"], done.stderr[-3000:]
     assert "spark_statestore batch" not in done.stdout
+    # the same figures either way: the shim's from the tasks' reports, the Python side's from their records
+    assert re.findall(r"spark_statestore batch \d+: (?:query \S+ )?partitions=2 rows_written=2 ", done.stderr)
 
 
 def _free_port() -> int:

@@ -26,6 +26,7 @@ from spark_statestore.spark.declarations import Declaration, KeyValue, Window
 from spark_statestore.spark.driver.evolution import evolve_declarations
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.driver.partition_count import check_partition_count
+from spark_statestore.spark.driver.partition_slots import warn_many_partitions
 from spark_statestore.spark.driver.session import session_services
 from spark_statestore.spark.driver.settings import StateStoreSettings, check_rocksdb_provider, session_conf
 from spark_statestore.spark.driver.worker_python import check_worker_python
@@ -124,6 +125,7 @@ def build_operator(
     )
     record_query_layout(checkpoint_location, config.layout)
     check_partition_count(checkpoint_location, operator)
+    warn_many_partitions(spark, checkpoint_location, partitions, session_conf(spark))
     metrics = StateStoreMetrics(checkpoint_location)
     services.batch_log.watch(metrics)
     return config, metrics

@@ -1,7 +1,8 @@
-"""The driver checks, when an operator is built, that the Python Spark starts for tasks can
+"""What the driver checks when an operator is built. The Python Spark starts for tasks must
 import spark_statestore, naming the setting and what to do (before, the first task failed
 in a worker with `No module named 'spark_statestore'` after a page of Java); where it cannot
-tell (a path only workers have, a remote Connect server) it says nothing."""
+tell (a path only workers have, a remote Connect server) it says nothing. Many more state
+partitions than task slots are warned about once."""
 
 from __future__ import annotations
 
@@ -123,3 +124,22 @@ def test_a_script_run_without_the_venv_python_for_workers_fails_on_the_driver(tm
     assert "WorkerPythonError: Spark's Python workers would run python3 (from Spark's default" in done.stderr
     assert "Set spark.pyspark.python (or PYSPARK_PYTHON" in done.stderr
     assert not (tmp_path / "checkpoint" / "statestore").exists()  # refused before anything was written
+
+
+def test_many_more_state_partitions_than_task_slots_are_warned_once(tmp_path, caplog):
+    """Spark's default 200 shuffle partitions on a 2-slot session: said once, naming the
+    setting and both numbers; a count near the slots, or a cluster a Connect client cannot
+    see, says nothing."""
+    from spark_statestore.spark.driver.partition_slots import warn_many_partitions
+
+    classic = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=2))
+    checkpoint = str(tmp_path)
+    caplog.set_level("WARNING", logger="spark_statestore.spark")
+    for _ in range(3):
+        warn_many_partitions(classic, checkpoint, None, _conf(**{"spark.sql.shuffle.partitions": "200"}))
+    warned = [r.getMessage() for r in caplog.records if "task slots" in r.getMessage()]
+    assert len(warned) == 1 and "200 partitions (spark.sql.shuffle.partitions) on 2 task slots" in warned[0]
+    assert warn_many_partitions(classic, checkpoint, 8, _conf()) is None
+    assert "16 partitions (partitions) on 2 task slots" in warn_many_partitions(classic, checkpoint, 16, _conf())
+    assert warn_many_partitions(_Connect("h"), checkpoint, None, _conf(**{"spark.master": "spark://m:7077"})) is None
+    assert "on 2 task slots" in warn_many_partitions(_Connect("h"), checkpoint, None, _conf(**{"spark.master": "local[2]"}))
