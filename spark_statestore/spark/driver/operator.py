@@ -45,6 +45,10 @@ class OperatorConfig:
     operator: str = "transformWithStateInPandas"
     partitions: int | None = None
     signal_target: SignalTarget | None = None  # where tasks send in-flight crossings
+    # the path again, behind a marker the JVM shim finds in the query's pickled Python
+    # functions, to refuse a query whose checkpointLocation is another before batch 0
+    # (jvm-shim's OperatorCheckpoints)
+    checkpoint_marker: str = ""
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.declarations]
@@ -60,6 +64,14 @@ class OperatorConfig:
     @property
     def layout(self) -> Layout:
         return Layout.of([d.spec() for d in self.declarations], self.partitions)
+
+
+CHECKPOINT_MARKER = "spark_statestore-operator-checkpoint:"  # OperatorCheckpoints.MARKER in jvm-shim/
+
+
+def checkpoint_marker(location: str) -> str:
+    """`location` behind the marker and its length in UTF-8 bytes, as the JVM shim reads it."""
+    return f"{CHECKPOINT_MARKER}{len(location.encode())}:{location}"
 
 
 def declarations_of(stores: Sequence[Declaration]) -> tuple[Declaration, ...]:
@@ -122,6 +134,7 @@ def build_operator(
         operator,
         partitions,
         services.signal_target,
+        checkpoint_marker(checkpoint_location),
     )
     record_query_layout(checkpoint_location, config.layout)
     check_partition_count(checkpoint_location, operator)

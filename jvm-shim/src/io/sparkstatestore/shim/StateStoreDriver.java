@@ -196,13 +196,16 @@ public final class StateStoreDriver {
         reports.forget(queryId);
         BatchFiles files = null;
         String admission = "true";
+        Runnable checkOperators = () -> { };
         if (execution != null) {
             try {
                 SparkSession session = (SparkSession) QueryTriggers.call(execution, "sparkSession");
                 admission = session.conf().get(Admission.SETTING, "true");
                 Configuration hadoop = (Configuration) QueryTriggers.call(QueryTriggers.call(session, "sessionState"), "newHadoopConf");
                 int retain = Integer.parseInt(session.conf().get(RETAIN, "100").trim());
-                files = new BatchFiles((String) QueryTriggers.call(execution, "resolvedCheckpointRoot"), hadoop, Math.max(1, retain));
+                String root = (String) QueryTriggers.call(execution, "resolvedCheckpointRoot");
+                files = new BatchFiles(root, hadoop, Math.max(1, retain));
+                checkOperators = () -> checkOperators(queryId, execution, root, hadoop);
             } catch (ReflectiveOperationException | RuntimeException e) {
                 LOG.warn("spark_statestore: no batch files for query {}: {}", queryId, QueryTriggers.cause(e));
             }
@@ -210,10 +213,36 @@ public final class StateStoreDriver {
         Admission admitted = governor == null ? null
                 : Admission.of(queryId, execution, admission, previousEstimate(queryId, files));
         QueryTrigger trigger = QueryTriggers.get(queryId);
-        if (admitted != null && trigger != null && trigger.clock() != null && trigger.runId().equals(runId)) {
-            trigger.clock().beforeFirstTrigger(admitted::applyInherited);
+        if (trigger != null && trigger.clock() != null && trigger.runId().equals(runId)) {
+            // on the query's thread once its plan is made, before batch 0 is planned
+            Runnable check = checkOperators;
+            boolean[] checked = {false};
+            trigger.clock().beforeFirstTrigger(() -> {
+                if (!checked[0]) {
+                    checked[0] = true;
+                    check.run();
+                }
+                return admitted == null || admitted.applyInherited();
+            });
         }
         runs.put(queryId, new Run(runId, files, admitted));
+    }
+
+    /**
+     * Refuses the query ({@link OperatorCheckpoints.Mismatch}, out of its trigger clock) when a
+     * spark_statestore operator of its plan was built with another checkpoint path; anything
+     * else that goes wrong while looking is logged, and the query runs.
+     */
+    private static void checkOperators(String queryId, Object execution, String root, Configuration hadoop) {
+        try {
+            OperatorCheckpoints.check(queryId, execution, root, hadoop);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            if (e instanceof OperatorCheckpoints.Mismatch mismatch) {
+                throw mismatch;
+            }
+            LOG.warn("spark_statestore: the operators' checkpoint paths of query {} are not checked: {}", queryId,
+                    QueryTriggers.cause(e));
+        }
     }
 
     /**
