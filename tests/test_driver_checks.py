@@ -38,6 +38,9 @@ def _classic(python_exec):
     return SimpleNamespace(sparkContext=SimpleNamespace(pythonExec=python_exec))
 
 
+LOCAL = {"spark.master": "local[2]"}
+
+
 class _Connect:  # what compat.is_connect takes for a Spark Connect session
     __module__ = "pyspark.sql.connect.session"
 
@@ -46,6 +49,7 @@ class _Connect:  # what compat.is_connect takes for a Spark Connect session
 
 
 def _conf(**values):
+    values = {**LOCAL, **values}
     return lambda key: values.get(key)
 
 
@@ -82,11 +86,14 @@ def test_a_python_that_has_it_passes(monkeypatch):
 
 
 def test_what_cannot_be_told_here_is_not_checked(tmp_path, monkeypatch):
-    """A path only the cluster's machines have; a Connect server on another host (its conf
+    """A path only the cluster's machines have; a cluster master (its machines may have
+    another interpreter at a path this one has); a Connect server on another host (its conf
     names an interpreter that is broken here); a Connect server whose conf names none."""
     monkeypatch.setenv("PYSPARK_PYTHON", "/opt/venvs/stream/bin/python")
     check_worker_python(_classic("/opt/venvs/stream/bin/python"), _conf())
     broken = _python_without_the_package(tmp_path)
+    monkeypatch.setenv("PYSPARK_PYTHON", broken)
+    check_worker_python(_classic(broken), _conf(**{"spark.master": "spark://master:7077"}))
     check_worker_python(_Connect("spark.example.com"), _conf(**{"spark.pyspark.python": broken}))
     check_worker_python(_Connect("localhost"), _conf())
     assert _starts(tmp_path) == 0

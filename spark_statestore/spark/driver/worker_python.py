@@ -6,9 +6,9 @@ after a page of Java), and nothing is said where the query was defined. The inte
 the one Spark starts: a classic session's `SparkContext.pythonExec` (the driver's
 `PYSPARK_PYTHON`, which spark-submit sets from `spark.pyspark.python`, else Spark's default
 `python3` from `PATH`); a Spark Connect server's `spark.pyspark.python` when its conf has it. It is tried once per interpreter and `PYTHONPATH` in this process (one short
-subprocess), and only where it says something about the workers: an interpreter that does
-not exist here (a path that only the cluster's machines have) and a Spark Connect server
-on another host are not checked.
+subprocess), and only where it says something about the workers: on a local master (a
+cluster's machines may have another file at the same path), in a classic session or
+through a Spark Connect server on loopback, and for an interpreter that exists here.
 """
 
 from __future__ import annotations
@@ -43,9 +43,14 @@ def worker_python(spark: Any, get: Callable[[str], str | None]) -> tuple[str, st
     return python, "Spark's default: python3 on PATH, as neither PYSPARK_PYTHON nor spark.pyspark.python is set"
 
 
-def _runs_here(spark: Any) -> bool:
-    """Whether the session's workers can be assumed to run on this machine's files: a
-    classic session (its driver is here), or a Connect server on loopback."""
+def _runs_here(spark: Any, get: Callable[[str], str | None]) -> bool:
+    """Whether the session's workers run on this machine's files: a local master (`local`,
+    `local[N]`, `local-cluster[...]`) of a classic session, or of a Connect server on
+    loopback. On a cluster the workers' interpreter may be another file of the same path,
+    which a check here would judge wrongly."""
+    master = (get("spark.master") or "").strip()
+    if not master.startswith("local"):
+        return False
     host = compat.connect_host(spark)
     if host is None:
         return not compat.is_connect(spark)
@@ -84,7 +89,7 @@ def check_worker_python(spark: Any, get: Callable[[str], str | None]) -> None:
     """`WorkerPythonError` naming the setting and what to do when the session's Python
     workers would fail to import spark_statestore (module docstring: when it is checked)."""
     found = worker_python(spark, get)
-    if found is None or not _runs_here(spark):
+    if found is None or not _runs_here(spark, get):
         return
     python, source = found
     resolved = python if os.sep in python else shutil.which(python)
