@@ -68,3 +68,20 @@ def test_over_connect_with_the_plugin_too(tmp_path):
             _refused_before_batch_0(*_run_on_another_path(session, tmp_path, 1))
         finally:
             session.stop()
+
+
+def test_the_same_path_written_another_way_runs(spark, tmp_path):
+    """`file://` and a trailing slash on one side only are the same location: no refusal."""
+    if compat.is_connect(spark):
+        pytest.skip("the check runs where the shim runs: the suite's Connect server has no plugin")
+    inputs = tmp_path / "input"
+    inputs.mkdir()
+    pd.DataFrame({"key": ["a", "b"]}).to_json(inputs / "0.json", orient="records", lines=True)
+    checkpoint = str(tmp_path / "cp")
+    fn = partition_function(count_keys, f"file://{checkpoint}/", [KeyValue("totals", Serdes.string(), Serdes.int64())],
+                            partitions=2, emit_changes=False)
+    events = spark.readStream.schema("key string").json(str(inputs))
+    query = (events.repartition(2, "key").mapInArrow(fn, "key string").writeStream.format("noop")
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert os.path.exists(os.path.join(checkpoint, "commits", "0"))
