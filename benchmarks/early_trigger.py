@@ -44,10 +44,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from bursts import BurstShape, run_burst  # noqa: E402
+from bursts import BYTES_PER_KEY, BurstShape, run_burst  # noqa: E402
 from common import print_table  # noqa: E402
-
-BYTES_PER_KEY = 170  # uncommitted bytes per key of the largest task (a string key and a count, CPython's cost)
 
 
 def main() -> None:

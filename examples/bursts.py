@@ -30,11 +30,16 @@ from spark_statestore.spark import KeyValue, StateStoreMetrics, partition_functi
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # shipped to the workers by value
 
 
+# uncommitted bytes per key of a task of this query (a string key and a count, with what
+# CPython spends per buffered record), measured
+BYTES_PER_KEY = 170
+
+
 @dataclass(frozen=True)
 class BurstShape:
     """The stream: `trigger` seconds between batches, `rate` rows a second (ten times that
     for `burst_seconds`, starting half an interval after a batch began, the expected
-    case), `limit` uncommitted bytes per task (0: between a steady and a burst batch)."""
+    case), `limit` uncommitted bytes per task (0: two steady batches' worth)."""
 
     trigger: int = 30
     rate: int = 2000
@@ -46,9 +51,11 @@ class BurstShape:
 
     @property
     def uncommitted_limit(self) -> int:
-        # a task sees about half a batch's keys; a key costs ~20 bytes (key + count)
-        steady_batch = min(self.keys, self.trigger * self.rate) // 2 * 20
-        return self.limit or 3 * steady_batch
+        # a task holds about half a batch's keys, at BYTES_PER_KEY each. (A limit below a
+        # steady batch's worth has admission cut every batch into small ones whose fixed
+        # costs bound the throughput: the burst's backlog then grows as with the trigger off.)
+        steady_batch = min(self.keys, self.trigger * self.rate) // 2 * BYTES_PER_KEY
+        return self.limit or 2 * steady_batch
 
 
 STORES = [KeyValue("counts", Serdes.string(), Serdes.int64())]
@@ -156,6 +163,7 @@ class BurstRun:
     progress: pd.DataFrame  # per batch: start (epoch ms), input rows, duration (ms)
     latencies: list
     burst: tuple
+    started_ms: int  # when the run began (its first input file): the time axis' 0
 
 
 def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admission: bool = True,
@@ -169,12 +177,16 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admiss
     session.conf.set("spark.statestore.uncommitted.maxBytes", str(args.uncommitted_limit))
     session.conf.set("spark.statestore.cache.maxBytes", "0")
     session.conf.set("spark.statestore.localDir", os.path.join(workdir, "local"))
+    # every batch's progress (Spark keeps 100 by default: a run cut into small batches lost
+    # its first ones, and its time axis started in the middle of the run)
+    session.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     name = f"input-{governor}-{admission}"
     output = (FileInput(os.path.join(workdir, name)) if kafka is None
               else KafkaInput(kafka, f"{name.lower()}-{os.path.basename(workdir)}-{time.time_ns()}"))
     checkpoint = os.path.join(workdir, f"checkpoint-{governor}-{admission}")
     total_seconds = args.lead_seconds + args.burst_seconds + args.tail_seconds
     feeder = Feeder(output, args.rate, args.keys, total_seconds)
+    started_ms = int(time.time() * 1000)
     feeder._file()  # the first batch has input
     latencies: list[tuple[int, int]] = []  # (arrival ms, batch end ms)
 
@@ -242,6 +254,6 @@ def run_burst(spark: Any, workdir: str, args: BurstShape, governor: bool, admiss
             for p in query.recentProgress
         ]
     )
-    return BurstRun(summary, recent.sort_values("batch_id"), progress, latencies, feeder.burst)
+    return BurstRun(summary, recent.sort_values("batch_id"), progress, latencies, feeder.burst, started_ms)
 
 

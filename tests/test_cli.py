@@ -120,6 +120,16 @@ def test_read_changes_of_a_batch_range(checkpoint):
     assert len(puts) == 3  # keys k3, k0, k1 of partition 1 written in batch 2 (k2 deleted)
 
 
+def test_read_changes_comes_in_batch_order_across_partitions(checkpoint):
+    """A range over several partitions is in batch order (then partition), not every batch of
+    partition 0 before partition 1's: what a user replaying the changes needs."""
+    code, text = _run("read", checkpoint, "--store", "totals", "--changes", "--start", "0", "--format", "json")
+    assert code == 0
+    order = [(r["batch_id"], r["partition"]) for r in map(json.loads, text.splitlines())]
+    assert order == sorted(order)
+    assert {b for b, _ in order} == set(range(BATCHES)) and {p for _, p in order} == set(range(PARTITIONS))
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

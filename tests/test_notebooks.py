@@ -57,3 +57,25 @@ def test_the_committed_notebooks_carry_their_outputs():
         stray = [o["data"]["text/plain"] for cell in code for o in cell.outputs
                  if o.get("output_type") == "execute_result" and re.match(r"\[?<matplotlib|Text\(", o["data"].get("text/plain", ""))]
         assert not stray, f"{path} shows matplotlib return values: {stray}"
+
+
+def test_running_the_notebooks_says_each_notebook_and_cell(tmp_path):
+    """`./dev notebooks` (execute.py) says which notebook and cell runs, and each cell's time,
+    as it goes (it printed one line, then nothing for minutes)."""
+    import subprocess
+
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell("# tiny"), nbformat.v4.new_code_cell("x = 1\nx"),
+                      nbformat.v4.new_code_cell("import time\ntime.sleep(0)")]
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(notebook, str(path))
+    done = subprocess.run([sys.executable, os.path.join(execute.HERE, "execute.py"), str(path), "--size", "small"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("notebook 1/1: ") and lines[0].endswith("tiny.ipynb (small)")
+    assert [line.split(":")[0].split(" done")[0].strip() for line in lines[1:5]] == ["cell 2/3"] * 2 + ["cell 3/3"] * 2
+    assert lines[1].endswith(": x = 1") and re.match(r"  cell 2/3 done in \d+\.\d s$", lines[2])
+    assert re.match(r"notebook 1/1 done in \d+ s$", lines[5]) and len(lines) == 6

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import pandas as pd
 import pytest
 
+from spark_statestore.spark import compat
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<code>.*?)^(?P=indent)```$", re.MULTILINE | re.DOTALL)
 
@@ -64,7 +66,11 @@ NOT_RUN = {
         "./dev example runs examples/windowed_counts.py (test_examples runs it); ./dev test is this suite, ./dev matrix "
         "this suite and the versioned tests on the other pyspark minors (CI)"
     ),
-    "Spark Connect#0": "starts a Spark Connect server that runs until stopped; tests/connect_server.py starts the same one",
+    "Spark Connect#0": "starts a Spark Connect server that runs until stopped; test_driver_log runs it (on a free port)",
+    "Spark Connect#1": (
+        "the same server from an installed package: test_the_connect_server_blocks_agree checks it has what "
+        "./dev connect-server passes"
+    ),
     "Early trigger (KIP-892's early commit, the way Spark can)#0": (
         "submits the user's my_job.py; test_early_trigger_shim starts drivers and a Connect server with this jar and plugin"
     ),
@@ -128,10 +134,14 @@ def test_the_spark_blocks_run_in_order_on_one_query(spark, tmp_path):
     namespace = {"spark": spark, "__name__": "readme_spark"}
     spark.conf.set("spark.statestore.localDir", f"{tmp}/local")
     try:
-        for name in WITH_SPARK[:2]:
-            exec(compile(_local(blocks[name].code, tmp), f"README.md: {name}", "exec"), namespace)  # noqa: S102
+        exec(compile(_local(blocks[WITH_SPARK[0]].code, tmp), f"README.md: {WITH_SPARK[0]}", "exec"), namespace)  # noqa: S102
     finally:
         spark.conf.unset("spark.statestore.localDir")
+    # the reader's block is complete in a session where no operator was built (a classic
+    # session's new session has no data sources registered; a Connect client has no newSession)
+    namespace["spark"] = spark if compat.is_connect(spark) else spark.newSession()
+    name = WITH_SPARK[1]
+    exec(compile(_local(blocks[name].code, tmp), f"README.md: {name}", "exec"), namespace)  # noqa: S102
     assert pd.read_parquet(f"{tmp}/totals").groupby("key")["total"].max().to_dict() == expected
     state = namespace["totals"].toPandas()
     assert dict(zip(state["key"], state["value"], strict=True)) == expected
@@ -139,3 +149,46 @@ def test_the_spark_blocks_run_in_order_on_one_query(spark, tmp_path):
     cli = _shell(_local(blocks["Reading state#1"].code, tmp), tmp_path)
     assert '"key": "a"' in cli.replace('"key":"a"', '"key": "a"')
     _shell(_local(blocks["Changing the partition count#0"].code, tmp), tmp_path)
+
+
+def test_the_connect_server_blocks_agree():
+    """The spark-submit line for an installed package passes what `./dev connect-server`
+    passes: the server class, conf/spark-defaults.conf, the shim jar and its plugin."""
+    raw = _by_name()["Spark Connect#1"].code
+    with open(os.path.join(ROOT, "dev")) as f:
+        dev = f.read()
+    for part in ("--class org.apache.spark.sql.connect.service.SparkConnectServer",
+                 "--properties-file conf/spark-defaults.conf", "spark.plugins=io.sparkstatestore.shim.StateStorePlugin",
+                 "spark-internal"):
+        assert part in raw and part in dev, part
+
+
+SUBMIT = re.compile(r"`(\./dev submit [^`]+)`")
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, ".venv", "bin", "spark-submit")),
+                    reason="./dev submit runs .venv's spark-submit: ./dev test makes .venv")
+def test_the_documented_submit_commands_run_as_written(tmp_path):
+    """Each `./dev submit ...` the README gives runs from the repository root as written
+    (its /tmp/ paths the test's; `totals.py` is the "In Spark" block as the script the text
+    describes), with nothing activated or exported."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        commands = SUBMIT.findall(f.read())
+    assert len(commands) == 2, commands
+    tmp = str(tmp_path)
+    os.makedirs(f"{tmp}/events")
+    pd.DataFrame({"key": ["a", "b", "a"]}).to_json(f"{tmp}/events/0.json", orient="records", lines=True)
+    script = os.path.join(tmp, "totals.py")
+    with open(script, "w") as f:
+        f.write("from pyspark.sql import SparkSession\nspark = SparkSession.builder.getOrCreate()\n"
+                + _local(_by_name()["In Spark#0"].code, tmp))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME", "VIRTUAL_ENV")}
+    for command in commands:
+        command = _local(command, tmp).replace(" totals.py", f" {script}")
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, cwd=ROOT,
+                              timeout=900, check=False)
+        assert done.returncode == 0, f"{command}\nexit {done.returncode}:\n{done.stderr[-3000:]}"
+    assert pd.read_parquet(f"{tmp}/totals").groupby("key")["total"].max().to_dict() == {"a": 2, "b": 1}
+    assert os.path.isdir(f"{tmp}/windowed_counts/checkpoint/statestore")

@@ -300,6 +300,8 @@ def test_errors_name_what_is_wrong(spark, job, tmp_path):
     os.makedirs(empty)
     with pytest.raises(Exception, match="no spark_statestore state under"):
         _read(spark, empty, store="totals")
+    with pytest.raises(Exception, match="no spark_statestore state under"):  # the metrics as the records
+        _metrics(spark, empty)
     checkpoint, _ = _run(spark, job, BATCHES)
     with pytest.raises(Exception, match=r"no store 'nope'; it has \['counts', 'totals'\]"):
         _read(spark, checkpoint, store="nope")

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 
+import pandas as pd
 import pytest
 
 import partition_workload as wl
@@ -18,6 +19,7 @@ from spark_statestore.checkpoint.retention import retain
 from spark_statestore.errors import AttemptSupersededError
 from spark_statestore.faults import injected
 from spark_statestore.partition.layout import Layout, record_query_layout
+from spark_statestore.partition.reading import NoStateError
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.checkpoint.files import PartitionFiles
 from spark_statestore.spark.batch_facts import parse_batch_facts
@@ -189,6 +191,26 @@ def test_retention_deletes_records_with_their_changelogs_and_a_restart_reads_the
     assert StateStoreMetrics(checkpoint).recent(1)["batch_id"].tolist() == [5]
 
 
+def test_printed_recent_metrics_are_a_compact_table_of_the_main_columns(state_dirs):
+    """`print(metrics.recent())` shows the figures a reader looks at first, one line per
+    batch under a header, instead of pandas' first and last two of about 30 columns; the
+    frame keeps every column."""
+    checkpoint, local = state_dirs
+    for batch in range(3):
+        _batch(checkpoint, local, batch, task=batch)
+    recent = StateStoreMetrics(checkpoint).recent()
+    lines = repr(recent).splitlines()
+    header = lines[0].split()
+    assert header[:4] == ["batch", "partitions", "rows", "changelog_B"]
+    assert {"open_s", "prepare_s", "spills", "late_rows"} <= set(header) and "..." not in lines[0]
+    assert [line.split()[0] for line in lines[1:4]] == ["0", "1", "2"]
+    assert lines[4].startswith("(3 batches;") and len(lines) == 5
+    assert max(map(len, lines)) <= 160
+    assert str(recent) == repr(recent)
+    assert "query_id" in recent.columns and "cache_flushes" in recent.columns  # every column is kept
+    assert type(recent.set_index("batch_id")) is pd.DataFrame  # what is computed from it prints in full
+
+
 def _facts(batch: int, **changes) -> dict:
     facts = {"query_id": "q", "run_id": "r", "batch_id": batch, "timestamp_ms": 1_700_000_000_000,
              "rows_dropped_by_watermark": 4, "early_trigger": {
@@ -278,8 +300,11 @@ def test_bad_admission_entries_name_what_is_wrong(admission, problem):
         parse_batch_facts(json.dumps(_facts(3, admission=admission)).encode(), 3)
 
 
-def test_no_state_or_nothing_committed_reads_as_no_batches(tmp_path, state_dirs):
-    assert StateStoreMetrics(str(tmp_path / "nowhere")).recent().empty
+def test_no_state_is_refused_and_nothing_committed_reads_as_no_batches(tmp_path, state_dirs):
+    nowhere = str(tmp_path / "nowhere")
+    for read in (StateStoreMetrics(nowhere).recent, StateStoreMetrics(nowhere).tasks):
+        with pytest.raises(NoStateError, match=f"there is no spark_statestore state under {re.escape(nowhere)}"):
+            read()
     checkpoint, local = state_dirs
     _finish(_attempt(checkpoint, local, 0, b"x"), _record(0))
     assert StateStoreMetrics(checkpoint).tasks().empty

@@ -16,6 +16,8 @@ import argparse
 import glob
 import os
 import sys
+import time
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -33,13 +35,38 @@ def without_machine_paths(text: str) -> str:
     return text.replace(sys.prefix + os.sep, "<python>" + os.sep).replace(ROOT + os.sep, "")
 
 
-def execute(path: str, size: str = "full", save_to: str | None = None, timeout: int = 900) -> None:
+class Progress:
+    """Says on stdout which cell of a notebook runs and how long each took (a full run of
+    the notebooks takes minutes: without it, nothing is said for all that time)."""
+
+    def __init__(self, cells: int) -> None:
+        self.cells = cells
+        self.started = time.monotonic()
+
+    def start(self, cell: Any, cell_index: int, **_: Any) -> None:
+        if cell.cell_type != "code":
+            return
+        self.started = time.monotonic()
+        first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+        print(f"  cell {cell_index + 1}/{self.cells}: {first[:70]}", flush=True)
+
+    def done(self, cell: Any, cell_index: int, **_: Any) -> None:
+        if cell.cell_type == "code":
+            print(f"  cell {cell_index + 1}/{self.cells} done in {time.monotonic() - self.started:.1f} s", flush=True)
+
+
+def execute(path: str, size: str = "full", save_to: str | None = None, timeout: int = 900,
+            progress: bool = False) -> None:
     """Run every cell of the notebook at `path` (a failing cell raises) and save it with its
-    outputs to `save_to` (default: in place)."""
+    outputs to `save_to` (default: in place); with `progress`, say each cell on stdout."""
     import nbformat
     from nbclient import NotebookClient
 
     notebook = nbformat.read(path, as_version=4)
+    hooks: dict[str, Any] = {}
+    if progress:
+        said = Progress(len(notebook.cells))
+        hooks = {"on_cell_start": said.start, "on_cell_executed": said.done}
     previous = os.environ.get(SIZE)
     os.environ[SIZE] = size
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -52,6 +79,7 @@ def execute(path: str, size: str = "full", save_to: str | None = None, timeout: 
             resources={"metadata": {"path": HERE}},  # Jupyter's working directory
             # what Spark's JVM and Python workers print goes to this process, not into the cells
             extra_arguments=["--IPKernelApp.capture_fd_output=False"],
+            **hooks,
         )
         client.execute()
     finally:
@@ -72,9 +100,12 @@ def main() -> None:
     parser.add_argument("notebooks", nargs="*", help="default: every notebook in examples/notebooks")
     parser.add_argument("--size", default="full", choices=("full", "small"))
     args = parser.parse_args()
-    for path in args.notebooks or notebooks():
-        print(f"executing {os.path.relpath(path, ROOT)} ({args.size})", flush=True)
-        execute(path, args.size)
+    paths = args.notebooks or notebooks()
+    for n, path in enumerate(paths, 1):
+        started = time.monotonic()
+        print(f"notebook {n}/{len(paths)}: {os.path.relpath(os.path.abspath(path), ROOT)} ({args.size})", flush=True)
+        execute(path, args.size, progress=True)
+        print(f"notebook {n}/{len(paths)} done in {time.monotonic() - started:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

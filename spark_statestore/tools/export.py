@@ -7,6 +7,7 @@ whose unpickling would run code) are written as hex."""
 from __future__ import annotations
 
 import csv
+import heapq
 import json
 from typing import Any, Callable, Iterator, TextIO
 
@@ -49,9 +50,10 @@ def records(
 
 
 def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, partitions: list[int]) -> Iterator[dict]:
-    """The store's changes in batches `start`..`end`, partition by partition; record values
-    in the shape of the batch that wrote them (a migration inside the range changes it: the
-    values before it are never carried through it, which needs the writer's `migrate`)."""
+    """The store's changes in batches `start`..`end` in batch order (within a batch, by
+    partition, each partition's in the order its batch wrote them); record values in the
+    shape of the batch that wrote them (a migration inside the range changes it: the values
+    before it are never carried through it, which needs the writer's `migrate`)."""
     key = text_decoder(spec.key_serde)
     kind = spec.store_kind
     decoders: dict[tuple[str, ...], Callable[[bytes | None], Any]] = {}
@@ -62,7 +64,7 @@ def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, par
             decoders[schemas] = text_decoder(spec.value_serde, schemas)
         return decoders[schemas](raw)
 
-    for partition in partitions:
+    def partition_rows(partition: int) -> Iterator[dict]:
         for change in changes(state, partition, spec, start, end):  # in the generation that ran `start`
             row = {
                 "batch_id": change.batch_id,
@@ -72,6 +74,10 @@ def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, par
                 "value": value(change.batch_id, change.value),
             }
             yield {**row, **kind.row_values(spec, change.parts, change.change == "expire")}
+
+    # each partition's changes come in batch order: merged, one changelog of each at a time
+    yield from heapq.merge(*(partition_rows(p) for p in sorted(partitions)),
+                           key=lambda row: (row["batch_id"], row["partition"]))
 
 
 def write(rows: Iterator[dict], out: TextIO, fmt: str, columns: list[str]) -> int:

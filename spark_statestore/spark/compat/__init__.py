@@ -74,6 +74,8 @@ from spark_statestore.spark.compat import minors, tasks
 from spark_statestore.spark.compat.checks import check_internals
 from spark_statestore.spark.compat.driver import (
     active_session,
+    classic_python_exec,
+    connect_host,
     context_stopped,
     drain_listener_bus,
     driver_jvm,
@@ -95,6 +97,8 @@ __all__ = [
     "PysparkInternalError",
     "accept_task_end_updates",
     "active_session",
+    "classic_python_exec",
+    "connect_host",
     "arrow_schema",
     "check_connect_operator",
     "check_internals",

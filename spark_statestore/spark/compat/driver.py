@@ -24,6 +24,26 @@ def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
+def connect_host(spark: Any) -> str | None:
+    """The host a Spark Connect session's client talks to (its `sc://` URL's), None if it
+    cannot be told; None for a classic session."""
+    if not is_connect(spark):
+        return None
+    try:
+        return str(spark.client._builder.host).strip("[]")
+    except Exception:  # noqa: BLE001 - a client without the attribute: not told
+        return None
+
+
+def classic_python_exec(spark: Any) -> str | None:
+    """The interpreter a classic session's SparkContext names for its Python workers
+    (`SparkContext.pythonExec`: PYSPARK_PYTHON of the driver, else `python3`); None for a
+    Spark Connect session."""
+    if is_connect(spark):
+        return None
+    return getattr(spark.sparkContext, "pythonExec", None)
+
+
 def jvm_session(spark: Any) -> Any | None:
     """The session's JVM SparkSession (`_jsparkSession`); None without one (Spark Connect)."""
     try:
@@ -86,24 +106,17 @@ def drain_listener_bus(spark: Any, timeout_ms: int = 120_000) -> None:
     bus.waitUntilEmpty(timeout_ms)
 
 
-def driver_logger(spark: Any) -> Callable[[str], bool] | None:
-    """A function logging an INFO line into the driver's log4j log, which returns whether
-    log4j's level let it through (None without a JVM, as in Spark Connect)."""
+def driver_logger(spark: Any, name: str) -> Callable[[str], None] | None:
+    """A function logging a WARN line into the driver's log4j log under the logger `name`
+    (None without a JVM, as in Spark Connect)."""
     jvm = None if is_connect(spark) else getattr(spark.sparkContext, "_jvm", None)
     if jvm is None:
         return None
     try:
-        jlogger = jvm.org.apache.logging.log4j.LogManager.getLogger("spark_statestore")
+        jlogger = jvm.org.apache.logging.log4j.LogManager.getLogger(name)
     except Exception as e:
         raise _error("DRIVER_LOG", f"log4j is not reachable through SparkContext._jvm: {e}") from e
-
-    def info(message: str) -> bool:
-        if not jlogger.isInfoEnabled():  # setLogLevel("WARN"), the pyspark default, drops INFO
-            return False
-        jlogger.info(message)
-        return True
-
-    return info
+    return jlogger.warn
 
 
 _LOCAL_MASTER = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")

@@ -8,26 +8,28 @@ JVM shim keeps (`batch_facts`: rows Spark dropped behind the watermark, early tr
 Nothing here needs a SparkContext or an accumulator: a Spark Connect client, a new driver
 after a restart and a notebook reading an old checkpoint see the same figures.
 
-`BatchLog` logs each newly committed batch once, when Spark reports the query's progress
-(into the driver's log4j log too in classic sessions).
+`BatchLog` logs each newly committed batch once, when Spark reports the query's progress,
+into the driver's log4j log in classic sessions, unless the JVM shim's driver part logs it
+(`spark_statestore.batches`, WARN).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
-import time
 from typing import Any, Callable
 
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from spark_statestore.partition.reading import StateLocation
 from spark_statestore.partition.task_records import committed_task_records
 from spark_statestore.spark import compat
 from spark_statestore.spark.batch_facts import ABSENT, read_batch_facts
 from spark_statestore.spark.task_metrics import checked_record, summarize
 
 log = logging.getLogger("spark_statestore.spark")
+BATCH_LOGGER = "spark_statestore.batches"  # each batch's line, at WARN (the JVM shim's StateStoreDriver logs as it)
+batch_log = logging.getLogger(BATCH_LOGGER)
 LOGGED_BATCHES = 20  # at most this many newly committed batches are logged at one progress event
 
 
@@ -51,7 +53,9 @@ class StateStoreMetrics:
 
     def task_records(self, batches: int | None = None, after: int = -1) -> list[dict]:
         """The records of the newest `batches` committed batches (all with None) after
-        batch `after`, ordered by batch and partition."""
+        batch `after`, ordered by batch and partition; `NoStateError` naming the location
+        when there is no state under it (as the records reader raises)."""
+        StateLocation.open(self.checkpoint_location, self.filesystem)
         read = committed_task_records(self.checkpoint_location, batches, self.filesystem, after)
         records, problems = [], list(read.problems)
         for key, record in sorted(read.records.items()):
@@ -86,10 +90,10 @@ class StateStoreMetrics:
 
     def recent(self, batches: int = 20) -> Any:
         """The newest `batches` committed batches' summaries as a pandas DataFrame (one row
-        per batch)."""
-        import pandas as pd
+        per batch; every column is there, printing it shows the main ones: `batch_view`)."""
+        from spark_statestore.spark.driver.batch_view import batch_frame
 
-        return pd.DataFrame(self.batches(batches))
+        return batch_frame(self.batches(batches))
 
     def tasks(self, batches: int | None = None) -> Any:
         """The task records of the newest `batches` committed batches (all kept ones with
@@ -101,20 +105,28 @@ class StateStoreMetrics:
 
 class BatchLog:
     """Logs each newly committed batch of the watched checkpoints once (one line per
-    batch), when Spark reports a query's progress; into the driver log too where the
-    session has a JVM (classic sessions), Python logging alone otherwise."""
+    batch, logger `spark_statestore.batches` at WARN, so that Spark's default log level
+    shows it), when Spark reports a query's progress: into the driver's log4j log in a
+    classic session, Python logging otherwise (a Spark Connect client without the
+    driver part: Python's last-resort handler writes it to stderr). Where the driver part
+    runs in the driver's JVM with its receiver (`logged_by_driver`), it logs each batch
+    itself, from the tasks' end-of-task reports, also in a Connect server's log: then this
+    logs nothing. Never stdout, which belongs to the user's job."""
 
-    def __init__(self, spark: Any) -> None:
+    def __init__(self, spark: Any, logged_by_driver: bool = False) -> None:
         self.spark = spark
         self._logger = _driver_logger(spark)
         self._lock = threading.Lock()
         self._watched: dict[str, tuple[StateStoreMetrics, int]] = {}  # location -> (metrics, last logged batch)
-        self._listener = _Listener(self)
+        self._listener = None if logged_by_driver else _Listener(self)
         self._stopped = False
-        spark.streams.addListener(self._listener)
+        if self._listener is not None:
+            spark.streams.addListener(self._listener)
 
     def watch(self, metrics: StateStoreMetrics) -> None:
         """Log the batches of `metrics`' checkpoint committed from now on."""
+        if self._listener is None:
+            return  # the driver's JVM logs them
         head = max((r["batch_id"] for r in metrics.task_records(1)), default=-1)
         with self._lock:
             self._watched.setdefault(metrics.checkpoint_location, (metrics, head))
@@ -147,6 +159,8 @@ class BatchLog:
             self._stopped = True
             return
         self._stopped = True
+        if self._listener is None:
+            return
         if compat.jvm_session(self.spark) is not None:
             compat.drain_listener_bus(self.spark)
         self.spark.streams.removeListener(self._listener)
@@ -196,17 +210,7 @@ class _Listener(StreamingQueryListener):
 
 
 def _driver_logger(spark: Any) -> Callable[[str], None]:
-    """Log into the driver's log4j log (classic sessions) and Python logging. A line that
-    neither shows (log4j's level drops INFO, as pyspark's default WARN does, or there is no
-    JVM: Spark Connect; and Python logging is not configured) goes to stderr in log4j's
-    format, so each batch's line is in the driver's output by default."""
-    jlog = compat.driver_logger(spark) if compat.jvm_session(spark) is not None else None
-
-    def emit(message: str) -> None:
-        shown = jlog(message) if jlog is not None else False
-        if log.hasHandlers():
-            log.info(message)
-        elif not shown:
-            sys.stderr.write(f"{time.strftime('%y/%m/%d %H:%M:%S')} INFO {log.name}: {message}\n")
-
-    return emit
+    """Log a batch's line into the driver's log4j log (classic sessions), else Python
+    logging (`BatchLog`)."""
+    jlog = compat.driver_logger(spark, BATCH_LOGGER) if compat.jvm_session(spark) is not None else None
+    return jlog if jlog is not None else batch_log.warning

@@ -1,7 +1,8 @@
 """What the driver builds for a stateful operator before any task runs.
 
 `build_operator(...)` reads and checks the session's `spark.statestore.*` settings (and, for
-transformWithStateInPandas, Spark's RocksDB state store provider setting), checks
+transformWithStateInPandas, Spark's RocksDB state store provider setting), checks that
+the Python Spark starts for tasks can import this package (`worker_python`), checks
 that the state can be written under the checkpoint location, records the state's layout
 there (stores, serdes, partition count: a query cannot come back with other ones), and
 returns the `OperatorConfig` that travels to the tasks inside the pickled function or
@@ -25,8 +26,10 @@ from spark_statestore.spark.declarations import Declaration, StoreDeclaration
 from spark_statestore.spark.driver.evolution import evolve_declarations
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.driver.partition_count import check_partition_count
+from spark_statestore.spark.driver.partition_slots import warn_many_partitions
 from spark_statestore.spark.driver.session import session_services
 from spark_statestore.spark.driver.settings import StateStoreSettings, check_rocksdb_provider, session_conf
+from spark_statestore.spark.driver.worker_python import check_worker_python
 from spark_statestore.spark.signals import SignalTarget
 from spark_statestore.validation import check_int, describe
 
@@ -42,6 +45,10 @@ class OperatorConfig:
     operator: str = "transformWithStateInPandas"
     partitions: int | None = None
     signal_target: SignalTarget | None = None  # where tasks send in-flight crossings
+    # the path again, behind a marker the JVM shim finds in the query's pickled Python
+    # functions, to refuse a query whose checkpointLocation is another before batch 0
+    # (jvm-shim's OperatorCheckpoints)
+    checkpoint_marker: str = ""
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.declarations]
@@ -57,6 +64,14 @@ class OperatorConfig:
     @property
     def layout(self) -> Layout:
         return Layout.of([d.spec() for d in self.declarations], self.partitions)
+
+
+CHECKPOINT_MARKER = "spark_statestore-operator-checkpoint:"  # OperatorCheckpoints.MARKER in jvm-shim/
+
+
+def checkpoint_marker(location: str) -> str:
+    """`location` behind the marker and its length in UTF-8 bytes, as the JVM shim reads it."""
+    return f"{CHECKPOINT_MARKER}{len(location.encode())}:{location}"
 
 
 def declarations_of(stores: Sequence[Declaration]) -> tuple[Declaration, ...]:
@@ -105,6 +120,7 @@ def build_operator(
     if operator == "transformWithStateInPandas":
         check_rocksdb_provider(session_conf(spark))
     settings = StateStoreSettings.from_spark(spark)
+    check_worker_python(spark, session_conf(spark))
     declarations = declarations_of(stores)
     check_checkpoint_location(checkpoint_location)
     declarations = evolve_declarations(declarations, checkpoint_location)  # record value schemas
@@ -118,9 +134,11 @@ def build_operator(
         operator,
         partitions,
         services.signal_target,
+        checkpoint_marker(checkpoint_location),
     )
     record_query_layout(checkpoint_location, config.layout)
     check_partition_count(checkpoint_location, operator)
+    warn_many_partitions(spark, checkpoint_location, partitions, session_conf(spark))
     metrics = StateStoreMetrics(checkpoint_location)
     services.batch_log.watch(metrics)
     return config, metrics

@@ -33,7 +33,8 @@ class SessionServices:
     def __init__(self, spark: Any, settings: StateStoreSettings) -> None:
         self.spark = spark
         self.signal_target = signal_target(spark, settings)  # where tasks send early-trigger signals
-        self.batch_log = BatchLog(spark)
+        # the driver part logs each batch from the tasks' reports where it receives them
+        self.batch_log = BatchLog(spark, logged_by_driver=self.signal_target is not None)
         register_reader(spark)  # the state of the operators built here can be read back
 
     @property

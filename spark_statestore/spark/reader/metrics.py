@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import DataType, DoubleType, LongType, StringType, StructField, StructType
 
+from spark_statestore.partition.reading import StateLocation
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.reader.request import int_option, option
 from spark_statestore.spark.task_metrics import MAXED, SUMMED, TaskMetrics
@@ -65,7 +66,9 @@ class MetricsDataSource(DataSource):
         return METRICS_FORMAT
 
     def schema(self) -> StructType:
-        return TASKS_SCHEMA if _request(self.options)[1] == "tasks" else BATCHES_SCHEMA
+        location, level, _ = _request(self.options)
+        StateLocation.open(location)  # NoStateError at load(), naming the location, as the records reader
+        return TASKS_SCHEMA if level == "tasks" else BATCHES_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return MetricsReader(*_request(self.options), schema)

@@ -42,6 +42,13 @@ public final class StateStoreDriver {
     static final String RETAIN = "spark.statestore.minBatchesToRetain";
     static final String LISTENERS = "spark.sql.streaming.streamingQueryListeners";
     private static final Logger LOG = LoggerFactory.getLogger(StateStoreDriver.class);
+    /**
+     * Each batch's line, at WARN so that Spark's default log (root level WARN in a pyspark
+     * session) shows it; silenced by this logger's level (log4j2.properties:
+     * {@code logger.ssb.name = spark_statestore.batches}, {@code logger.ssb.level = error}).
+     */
+    static final String BATCH_LOGGER = "spark_statestore.batches";
+    private static final Logger BATCHES = LoggerFactory.getLogger(BATCH_LOGGER);
     private static final int KEEP_CARRIED = 1000;
     private static StateStoreDriver current;
 
@@ -189,13 +196,16 @@ public final class StateStoreDriver {
         reports.forget(queryId);
         BatchFiles files = null;
         String admission = "true";
+        Runnable checkOperators = () -> { };
         if (execution != null) {
             try {
                 SparkSession session = (SparkSession) QueryTriggers.call(execution, "sparkSession");
                 admission = session.conf().get(Admission.SETTING, "true");
                 Configuration hadoop = (Configuration) QueryTriggers.call(QueryTriggers.call(session, "sessionState"), "newHadoopConf");
                 int retain = Integer.parseInt(session.conf().get(RETAIN, "100").trim());
-                files = new BatchFiles((String) QueryTriggers.call(execution, "resolvedCheckpointRoot"), hadoop, Math.max(1, retain));
+                String root = (String) QueryTriggers.call(execution, "resolvedCheckpointRoot");
+                files = new BatchFiles(root, hadoop, Math.max(1, retain));
+                checkOperators = () -> checkOperators(queryId, execution, root, hadoop);
             } catch (ReflectiveOperationException | RuntimeException e) {
                 LOG.warn("spark_statestore: no batch files for query {}: {}", queryId, QueryTriggers.cause(e));
             }
@@ -203,10 +213,36 @@ public final class StateStoreDriver {
         Admission admitted = governor == null ? null
                 : Admission.of(queryId, execution, admission, previousEstimate(queryId, files));
         QueryTrigger trigger = QueryTriggers.get(queryId);
-        if (admitted != null && trigger != null && trigger.clock() != null && trigger.runId().equals(runId)) {
-            trigger.clock().beforeFirstTrigger(admitted::applyInherited);
+        if (trigger != null && trigger.clock() != null && trigger.runId().equals(runId)) {
+            // on the query's thread once its plan is made, before batch 0 is planned
+            Runnable check = checkOperators;
+            boolean[] checked = {false};
+            trigger.clock().beforeFirstTrigger(() -> {
+                if (!checked[0]) {
+                    checked[0] = true;
+                    check.run();
+                }
+                return admitted == null || admitted.applyInherited();
+            });
         }
         runs.put(queryId, new Run(runId, files, admitted));
+    }
+
+    /**
+     * Refuses the query ({@link OperatorCheckpoints.Mismatch}, out of its trigger clock) when a
+     * spark_statestore operator of its plan was built with another checkpoint path; anything
+     * else that goes wrong while looking is logged, and the query runs.
+     */
+    private static void checkOperators(String queryId, Object execution, String root, Configuration hadoop) {
+        try {
+            OperatorCheckpoints.check(queryId, execution, root, hadoop);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            if (e instanceof OperatorCheckpoints.Mismatch mismatch) {
+                throw mismatch;
+            }
+            LOG.warn("spark_statestore: the operators' checkpoint paths of query {} are not checked: {}", queryId,
+                    QueryTriggers.cause(e));
+        }
     }
 
     /**
@@ -281,7 +317,11 @@ public final class StateStoreDriver {
                 }
             }
             decision = governor.batchEnded(queryId, batchId, batch, accumulated);
-            source.batchEnded(StateStoreSource.label(progress.name(), queryId), batchId, batch, decision);
+            String label = StateStoreSource.label(progress.name(), queryId);
+            StateStoreSource.Batch figures = source.batchEnded(label, batchId, batch, decision);
+            if (figures != null) {
+                BATCHES.warn(figures.line(label, lateRows(progress)));
+            }
             if (cutShort) {
                 wake(queryId, batchId);
             }
@@ -294,10 +334,7 @@ public final class StateStoreDriver {
         if (run.files == null) {
             return;
         }
-        long dropped = 0;
-        for (StateOperatorProgress operator : progress.stateOperators()) {
-            dropped += operator.numRowsDroppedByWatermark();
-        }
+        long dropped = lateRows(progress);
         try {
             run.wanted = run.wanted || run.files.wanted();
             if (run.wanted) {
@@ -307,6 +344,15 @@ public final class StateStoreDriver {
             LOG.warn("spark_statestore: cannot write the file of query {} batch {} under {}: {}",
                     queryId, batchId, run.files.root(), e.toString());
         }
+    }
+
+    /** Input rows Spark's stateful operators dropped behind the watermark in the batch. */
+    private static long lateRows(StreamingQueryProgress progress) {
+        long dropped = 0;
+        for (StateOperatorProgress operator : progress.stateOperators()) {
+            dropped += operator.numRowsDroppedByWatermark();
+        }
+        return dropped;
     }
 
     /**

@@ -29,8 +29,21 @@ public final class StateStoreSource implements Source {
     static final String NAME = "spark_statestore";
 
     /** One batch's figures, combined over its partitions. */
-    private record Batch(long batchId, long partitions, Signal.Figures figures, long uncommittedPeak,
-                         long earlyTrigger) {}
+    record Batch(long batchId, long partitions, Signal.Figures figures, long uncommittedPeak,
+                 long earlyTrigger) {
+
+        /** The driver log's line of the batch (as the Python side's {@code batch_line}). */
+        String line(String label, long lateRows) {
+            return String.format(java.util.Locale.ROOT,
+                    "spark_statestore batch %d: query %s partitions=%d rows_written=%d changelog_bytes=%d "
+                            + "uncommitted_peak=%d spills=%d cache hits/misses=%d/%d dropped=%d late_rows=%d "
+                            + "rows_expired=%d open_max=%.3fs prepare_max=%.3fs%s",
+                    batchId, label, partitions, figures.rowsWritten(), figures.changelogBytes(), uncommittedPeak,
+                    figures.spills(), figures.cacheHits(), figures.cacheMisses(), figures.droppedRecords(), lateRows,
+                    figures.rowsExpired(), figures.openMicros() / 1e6, figures.prepareMicros() / 1e6,
+                    earlyTrigger == 1 ? " early_trigger=1" : "");
+        }
+    }
 
     private static final Map<String, ToLongFunction<Batch>> GAUGES = Map.ofEntries(
             Map.entry("batchId", Batch::batchId),
@@ -66,10 +79,13 @@ public final class StateStoreSource implements Source {
         return label.replaceAll("[^A-Za-z0-9_-]", "_");
     }
 
-    /** A batch of the query {@code label} ended with these end-of-task {@code reports} (none: nothing to show). */
-    void batchEnded(String label, long batchId, Collection<Signal> reports, Optional<Decision> decision) {
+    /**
+     * A batch of the query {@code label} ended with these end-of-task {@code reports}: its
+     * combined figures (null without reports: nothing to show).
+     */
+    Batch batchEnded(String label, long batchId, Collection<Signal> reports, Optional<Decision> decision) {
         if (reports.isEmpty()) {
-            return;
+            return null;
         }
         Signal.Figures figures = Signal.Figures.NONE;
         long peak = 0;
@@ -85,5 +101,6 @@ public final class StateStoreSource implements Source {
         registry.counter(MetricRegistry.name(label, "rowsWrittenTotal")).inc(figures.rowsWritten());
         registry.counter(MetricRegistry.name(label, "spillsTotal")).inc(figures.spills());
         registry.counter(MetricRegistry.name(label, "earlyTriggers")).inc(early);
+        return latest.get(label);
     }
 }

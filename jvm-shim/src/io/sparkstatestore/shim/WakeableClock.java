@@ -80,7 +80,10 @@ public final class WakeableClock implements Clock {
             boolean done = true;
             try {
                 done = hook.getAsBoolean();
-            } catch (RuntimeException e) { // a clock reading must never fail the query
+            } catch (OperatorCheckpoints.Mismatch e) { // the one refusal: the query fails with it, before batch 0
+                beforeFirstTrigger = null;
+                throw e;
+            } catch (RuntimeException e) { // a clock reading must never fail the query otherwise
                 LOG.warn("spark_statestore: the hook before the first trigger failed: {}", e.toString());
             }
             if (done) {
