@@ -13,9 +13,10 @@ verification share.
 
 "Below the base": deleted once a complete snapshot above its version stands in for it
 (`retention.py`); "unreferenced": deleted once no kept snapshot lists it and it is older
-than the grace period; "stale": a crashed publish's, deleted once an hour old. A name of a
-kind that `verify` checks, on anything but a regular file, is `NotAFileError` (never taken
-for a missing file). A metrics record is read leniently (`partition.task_records`: a bad
+than the grace period; "stale": a crashed publish's, deleted once an hour old. In the root
+and `snapshots/`, a name of a kind that `verify` checks, on anything but a regular file, is
+`NotAFileError` (never taken for a missing file; a restore refuses one in `sst/` or a
+snapshot's folder when it reads it). A metrics record is read leniently (`partition.task_records`: a bad
 one is skipped and named), so `verify` leaves it alone. A new kind of file is a row here: retention, `inspect` and `verify`
 take it from the table.
 
@@ -96,15 +97,17 @@ TOTALS = tuple(dict.fromkeys(kind.total for kind in KINDS if kind.total is not N
 Found = dict[FileKind, dict[Any, pafs.FileInfo]]
 
 
-def _scan(durable: DurableDir, folder: str, kinds: tuple[FileKind, ...]) -> tuple[Found, list[str]]:
+def _scan(
+    durable: DurableDir, folder: str, kinds: tuple[FileKind, ...], refuse: bool = True
+) -> tuple[Found, list[str]]:
     """One listing of `folder`: its files of `kinds` by key (other names are ignored), and
-    the names of its folders. A name of a checked kind on anything but a regular file is
-    `NotAFileError` naming each."""
+    the names of its folders. With `refuse`, a name of a checked kind on anything but a
+    regular file is `NotAFileError` naming each."""
     files, others = durable.scan(folder, temporaries=TEMPORARY in kinds)
     odd = [
         not_a_file(durable.uri(f"{folder}/{name}" if folder else name), what)
         for name, what in sorted(others.items())
-        if any(kind.checked and kind.parse(name) is not None for kind in kinds)
+        if refuse and any(kind.checked and kind.parse(name) is not None for kind in kinds)
     ]
     if odd:
         raise NotAFileError("; ".join(odd))
@@ -168,13 +171,14 @@ class PartitionFiles:
 
     @property
     def temporaries(self) -> list[pafs.FileInfo]:
+        """What crashed publishes left (`filesystem.TEMP_PREFIX`)."""
         return list(self.found[TEMPORARY].values())
 
     @property
     def shared(self) -> dict[str, pafs.FileInfo]:
         """The shared SST files by durable name (`sst/` is listed on first use)."""
         if self._shared is None:
-            found = _scan(self.durable, names.SHARED, (SHARED,))[0][SHARED]
+            found = _scan(self.durable, names.SHARED, (SHARED,), refuse=False)[0][SHARED]
             self._shared = {f"{names.SHARED}/{name}": info for name, info in found.items()}
         return self._shared
 
@@ -182,7 +186,7 @@ class PartitionFiles:
         """The snapshot of `version`'s own files by durable name (listed on first use)."""
         if version not in self._own:
             folder = names.snapshot_dir(version)
-            found = _scan(self.durable, folder, (SNAPSHOT_FILE,))[0][SNAPSHOT_FILE]
+            found = _scan(self.durable, folder, (SNAPSHOT_FILE,), refuse=False)[0][SNAPSHOT_FILE]
             self._own[version] = {f"{folder}/{name}": info for name, info in found.items()}
         return self._own[version]
 

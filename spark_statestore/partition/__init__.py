@@ -1,9 +1,10 @@
 """The Spark-free partition-state protocol: `PartitionState` with its open / prepare /
 close lifecycle, its options and a process's shared resources (`options`), opening at a
-version (`history` lists the durable files, `plan` decides, `recovery` carries the plan
-out), the partition's metadata (layout, version identities), copies kept open between
-tasks, and reading the state from outside the query (DESIGN.md, "Partition state
-protocol")."""
+version as a pipeline (`place`: where the partition lives, the one value the steps share;
+`history` lists the durable files and serves them verified, `plan` decides from that
+history alone, purely, `recovery` carries the plan out), the partition's metadata (layout,
+version identities), copies kept open between tasks, and reading the state from outside
+the query (DESIGN.md, "Partition state protocol")."""
 
 from spark_statestore.partition.layout import Layout, LayoutMismatchError, read_query_layout, record_query_layout
 from spark_statestore.partition.metadata import VersionId

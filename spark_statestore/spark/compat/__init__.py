@@ -6,7 +6,9 @@ used; each one is named here with what it is for, checked when this module is im
 (a pyspark that changed one, or a pyspark minor not in `minors.MINORS`, fails at import
 with a `PysparkInternalError` naming it, the version and the supported range, instead of
 misbehaving later), and covered by a test of its own (`tests/test_spark_compat.py`).
-What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per minor:
+What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per minor, with
+the patch it was checked on (`MINORS` is the one list of supported versions: pyproject's
+bounds, `./dev` and the README's version table are tested against it):
 
 * `WORKER_SENDS_ACCUMULATORS_LAST`: a Python worker pickles its accumulators' values
   once the task's output is complete and before it reports success
