@@ -80,10 +80,14 @@ final class OperatorCheckpoints {
         return out;
     }
 
-    /** The paths after each marker in a pickled command. */
+    /**
+     * The paths after each marker in a pickled command (a path is skipped over whole: one that
+     * holds the marker itself is not read as a second path).
+     */
     static List<String> paths(byte[] command) {
         List<String> out = new ArrayList<>();
-        for (int at = indexOf(command, 0); at >= 0; at = indexOf(command, at + 1)) {
+        int from = 0;
+        for (int at = indexOf(command, 0); at >= 0; at = indexOf(command, Math.max(at + 1, from))) {
             int i = at + MARKER_BYTES.length;
             int length = 0;
             int digits = 0;
@@ -93,6 +97,7 @@ final class OperatorCheckpoints {
             }
             if (digits > 0 && i < command.length && command[i] == ':' && i + 1 + length <= command.length) {
                 out.add(new String(command, i + 1, length, StandardCharsets.UTF_8));
+                from = i + 1 + length;
             }
         }
         return out;
