@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.join(os.path.dirname(HERE), "tests")
+TESTS = os.path.join(os.path.dirname(HERE), "tests", "support")
 sys.path.insert(0, HERE)
 sys.path.insert(0, TESTS)
 

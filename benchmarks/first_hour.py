@@ -20,7 +20,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "examples"), os.path.join(ROOT, "tests"), ROOT]
+sys.path[:0] = [os.path.join(ROOT, "examples"), os.path.join(ROOT, "tests", "support"), ROOT]
 
 from common import print_table  # noqa: E402
 from test_readme import _by_name, _local  # noqa: E402

@@ -20,7 +20,7 @@ compilation do not count.
           previous batch's watermark are dropped, and each window is emitted once, in the
           batch whose watermark passes its end (`fetch_all_columns`), as Spark SQL's append
           mode does (the `sql` query: the same rows dropped, the same windows emitted, checked
-          in `tests/test_spark_partitions.py`); cache on and off
+          in `tests/spark/test_spark_partitions.py`); cache on and off
   tws     the same two counts per key in transformWithStateInPandas with stores
   sql     Spark SQL's window aggregation (10 s windows, 10 s watermark, append mode)
   aipws   the running count in applyInPandasWithState's GroupState

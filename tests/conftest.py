@@ -23,7 +23,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 _counter = itertools.count()
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
 
 
 def kafka_connector() -> tuple[str | None, str]:
@@ -272,12 +272,35 @@ def pytest_collection_modifyitems(config, items):
         never = connect and item.get_closest_marker("needs_classic")  # what a Connect client has not
         (dropped if never or (classic_only and item.module.__name__ not in rotating) else kept).append(item)
     config.stash[_ROTATED] = sorted(rotating)
+    _mark_the_fast_lane(items)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
 
 
 _ROTATED = pytest.StashKey[list]()
+
+# The rooms of tests/ whose tests start no Spark, cluster, broker or notebook: `./dev test
+# --fast` runs them (`-m fast`, minutes), and the full run runs them first.
+FAST_ROOMS = ("stores", "serde", "txn", "cache", "checkpoint", "partition")
+_SLOW_FIXTURES = {"spark", "classic_spark", "connect_spark", "connect_server", "kafka"}
+_SLOW_MARKS = ("spark", "cluster", "kafka")
+
+
+def _mark_the_fast_lane(items: list[pytest.Item]) -> None:
+    """Mark `fast` every test of a fast room, refusing one that would start what the fast
+    lane promises not to (a test of Spark belongs in tests/spark, tests/reader or tests/tools)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        room = os.path.relpath(str(item.path), tests).split(os.sep)[0]
+        if room not in FAST_ROOMS:
+            continue
+        slow = _SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or [
+            mark for mark in _SLOW_MARKS if item.get_closest_marker(mark)]
+        if slow:
+            raise pytest.UsageError(f"{item.nodeid} is in tests/{room}, a fast room, but uses {sorted(slow)}: "
+                                    f"move it to a room of Spark tests (tests/spark, tests/reader or tests/tools)")
+        item.add_marker(pytest.mark.fast)
 
 
 def connect_rotation(modules: list[str]) -> set[str]:

@@ -5,7 +5,7 @@ Spark has no public hook for some things a state layer needs, so a few internals
 used; each one is named here with what it is for, checked when this module is imported
 (a pyspark that changed one, or a pyspark minor not in `minors.MINORS`, fails at import
 with a `PysparkInternalError` naming it, the version and the supported range, instead of
-misbehaving later), and covered by a test of its own (`tests/test_spark_compat.py`).
+misbehaving later), and covered by a test of its own (`tests/spark/test_spark_compat.py`).
 What differs between pyspark minors is in `minors.py`, one `PysparkMinor` per minor, with
 the patch it was checked on (`MINORS` is the one list of supported versions: pyproject's
 bounds, `./dev` and the README's version table are tested against it):

@@ -5,7 +5,7 @@ Supporting another minor means adding its `PysparkMinor` to `MINORS` (after chec
 each fact against that minor's source); nothing else in the package names a version. A
 pyspark whose minor is not here fails at import (`minor_facts`). `MINORS` is the one list
 of supported versions: pyproject's pyspark bounds, `./dev`'s patches and the README's
-version table are checked against it (tests/test_supported_versions.py).
+version table are checked against it (tests/tools/test_supported_versions.py).
 """
 
 from __future__ import annotations
