@@ -4,6 +4,7 @@ Key-value and window stores (KIP-428), transactional RocksDB storage (KIP-892) a
 record cache (KIP-63) that live in the Python worker. See README.md and API.md.
 """
 
+import spark_statestore.kinds  # noqa: F401 - registers the store kinds (`stores/kinds.py`) first
 from spark_statestore.cache import Change, ThreadCache
 from spark_statestore.errors import (
     CorruptStateError,

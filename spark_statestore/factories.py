@@ -15,11 +15,10 @@ from typing import Any
 from spark_statestore.cache.caching import OnFlush
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.cache.wrapping import cached
+from spark_statestore.kinds.build import build_store, wrap_layers
 from spark_statestore.stores.api import KeyValueStore, StateStore
-from spark_statestore.stores.kv_store import InMemoryKeyValueStore
-from spark_statestore.stores.memory_window import InMemoryWindowStore
-from spark_statestore.stores.spec import Clock, StoreSpec, WindowSpec
-from spark_statestore.stores.ttl import TtlKeyValueStore, user_changes, with_ttl
+from spark_statestore.stores.spec import KEY_VALUE, WINDOW, Clock, StoreSpec, WindowSpec
+from spark_statestore.stores.ttl import TtlKeyValueStore
 from spark_statestore.stores.ttl_spec import TtlSpec
 from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES, TransactionalDatabase
@@ -32,8 +31,8 @@ class Stores:
     @staticmethod
     def in_memory_key_value_store(name: str, *, ttl: Any = None, ttl_clock: Any = "processing_time") -> KeyValueStore:
         """A sorted in-memory key-value store (`ttl`: entries expire, see `TtlKeyValueStore`)."""
-        spec = None if ttl is None else TtlSpec.of(ttl, ttl_clock)
-        return with_ttl(InMemoryKeyValueStore(check_name(name)), spec)
+        ttl_spec = None if ttl is None else TtlSpec.of(ttl, ttl_clock)
+        return build_store(StoreSpec(check_name(name), KEY_VALUE, ttl=ttl_spec))  # any name: no column family
 
     @staticmethod
     def persistent_key_value_store(
@@ -50,7 +49,7 @@ class Stores:
         spec = StoreSpec.key_value(name, ttl=ttl, ttl_clock=ttl_clock)
         db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            return with_ttl(db.open_store(spec, on_close=db.close), spec.ttl)
+            return build_store(spec, db, on_close=db.close)
         except BaseException:
             db.close()
             raise
@@ -79,8 +78,8 @@ class Stores:
         clock: Clock | str = Clock.RECORDS,
     ) -> WindowStore:
         """A KIP-428 in-memory window store (`clock`: see `WindowSpec`)."""
-        spec = WindowSpec.of(name, retention_period, window_size, retain_duplicates, clock=clock)
-        return InMemoryWindowStore(name, spec)
+        window = WindowSpec.of(name, retention_period, window_size, retain_duplicates, clock=clock)
+        return build_store(StoreSpec(name, WINDOW, window))  # any name: no column family
 
     @staticmethod
     def persistent_window_store(
@@ -100,7 +99,7 @@ class Stores:
         spec = StoreSpec.window(name, retention_period, window_size, retain_duplicates, segment_interval, clock=clock)
         db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
-            return db.open_store(spec, on_close=db.close)
+            return build_store(spec, db, on_close=db.close)
         except BaseException:
             db.close()
             raise
@@ -122,6 +121,8 @@ class Stores:
         A TTL store is cached below its expiry (the cache holds its entries' expiries).
         """
         if isinstance(store, TtlKeyValueStore):
-            forward = None if on_flush is None else (lambda changes: on_flush(user_changes(changes)))
-            return TtlKeyValueStore(cached(store.inner, cache, forward, send_old_values, namespace), store.ttl)
+            spec = StoreSpec(store.name, KEY_VALUE, ttl=store.ttl)
+            return wrap_layers(
+                spec, store.inner, cache=cache, on_flush=on_flush, send_old_values=send_old_values, namespace=namespace
+            ).store
         return cached(store, cache, on_flush, send_old_values, namespace)

@@ -98,10 +98,7 @@ def _bulk_records(reader: VersionReader, spec: StoreSpec, chunk: int) -> list:
     rows = []
     for columns in reader.columns(spec, chunk):
         keys, values = columns.keys.to_pylist(), columns.values.to_pylist()
-        if columns.window_starts is None:
-            rows += list(zip(keys, values))
-        else:
-            rows += list(zip(keys, values, columns.window_starts.to_pylist()))
+        rows += list(zip(keys, values, *(part.to_pylist() for part in columns.parts)))
     return rows
 
 
@@ -153,7 +150,7 @@ def test_window_stores_with_duplicates_and_an_empty_store(dirs):
 def _per_record_changes(changelog: Changelog, spec: StoreSpec, version: int) -> list:
     """The change feed as it was read before the bulk path: record by record."""
     out = []
-    window = spec.window_spec
+    window = spec.params  # a window store's WindowSpec, None for key-value
     for lo, hi in changelog.ranges().get(spec.name, ()):
         if window is not None and lo == b"":
             out.append((version, "expire", None, None, int.from_bytes(hi[:8], "big")))
@@ -178,7 +175,7 @@ def test_change_columns_are_the_changelogs_records(dirs):
     for spec in wl.SPECS:
         bulk = []
         for chunk in change_columns(state, 0, spec, 0, 19):
-            starts = chunk.window_starts.to_pylist() if chunk.window_starts is not None else [None] * len(chunk)
+            starts = chunk.parts[0].to_pylist() if chunk.parts else [None] * len(chunk)
             bulk += [
                 (chunk.batch_id, *row)
                 for row in zip(chunk.change.to_pylist(), chunk.keys.to_pylist(), chunk.values.to_pylist(), starts)
@@ -190,7 +187,7 @@ def test_change_columns_are_the_changelogs_records(dirs):
         ]
         assert bulk == expected
         assert any(row[1] == "delete" for row in expected)
-        assert spec.window_spec is None or any(row[1] == "expire" for row in expected)
+        assert spec.params is None or any(row[1] == "expire" for row in expected)
 
 
 @pytest.mark.parametrize("craft", ["inverted range", "record count"])

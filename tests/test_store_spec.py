@@ -45,9 +45,9 @@ def test_the_rocksdb_store_records_keep_their_bytes(tmp_path):
 def test_a_spec_reads_back_from_its_record_and_caching_is_not_recorded():
     spec = StoreSpec.window("w", 100, 10, segment_interval=40, cached=False, key_serde="string")
     back = StoreSpec.from_dict("w", json.loads(json.dumps(spec.as_dict())))
-    assert back.as_dict() == spec.as_dict() and back.window_spec == spec.window_spec
+    assert back.as_dict() == spec.as_dict() and back.params == spec.params
     assert (spec.cached, back.cached) == (False, True)
-    assert spec.window_spec == WindowSpec(100, 10, False, 40, Clock.RECORDS)
+    assert spec.params == WindowSpec(100, 10, False, 40, Clock.RECORDS)
     assert StoreSpec.window("d", 100, 10, retain_duplicates=True).cached is False  # duplicates are never cached
 
 

@@ -1,15 +1,12 @@
-"""Putting a store behind the record cache: the one place that picks the wrapper."""
+"""Putting a store behind the record cache: its kind picks the wrapper (`StoreKind.caching`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from spark_statestore.cache.caching import OnFlush
-from spark_statestore.cache.caching_kv import CachingKeyValueStore
-from spark_statestore.cache.caching_window import CachingWindowStore
 from spark_statestore.cache.thread_cache import ThreadCache
-from spark_statestore.stores.api import KeyValueStore
-from spark_statestore.stores.window_api import WindowStore
+from spark_statestore.stores.kinds import KINDS, kind_of_store
 
 
 def cached(
@@ -20,11 +17,10 @@ def cached(
     namespace: str | None = None,
 ) -> Any:
     """`store` behind `cache`: a caching store of the same kind (see `Stores.caching`)."""
-    if isinstance(store, WindowStore):
-        return CachingWindowStore(store, cache, on_flush, send_old_values, namespace)
-    if isinstance(store, KeyValueStore):
-        return CachingKeyValueStore(store, cache, on_flush, send_old_values, namespace)
-    raise TypeError(
-        f"store must be a KeyValueStore or WindowStore of bytes (cache before calling "
-        f"typed()), got {type(store).__name__}: {store!r}"
-    )
+    kind = kind_of_store(store)
+    if kind is None:
+        kinds = " or ".join(kind.store_type.__name__ for kind in KINDS.values())
+        raise TypeError(
+            f"store must be a {kinds} of bytes (cache before calling typed()), got {type(store).__name__}: {store!r}"
+        )
+    return kind.caching(store, cache, on_flush, send_old_values, namespace)

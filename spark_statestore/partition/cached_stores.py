@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 from spark_statestore.cache.change import Change
-from spark_statestore.cache.wrapping import cached
+from spark_statestore.kinds.build import build_layers
 from spark_statestore.partition.metadata import VersionId
 from spark_statestore.stores.spec import StoreSpec
-from spark_statestore.stores.ttl import user_changes, with_ttl
 from spark_statestore.txn.database import TransactionalDatabase
 
 OnChanges = Callable[[str, "list[Change]"], Any]
@@ -40,25 +39,25 @@ def open_stores(
     stores: dict[str, Any] = {}
     cached_stores: dict[str, Any] = {}
     for spec in specs:
-        store: Any = db.open_store(spec)
+        namespace = None
         if cache is not None and spec.cached:
             prefix = _prefix(root, spec.name)
             namespace = f"{prefix}{committed}"
             for stale in cache.namespaces:  # filled at another version or by another attempt
                 if stale.rpartition("@")[0] == prefix[:-1] and stale != namespace:  # not store "name@..."'s
                     cache.drop(stale)
-            listener = None
-            if on_changes is not None:
-                listener = _forwarder(spec, on_changes)
-            store = cached(store, cache, listener, listener is not None, namespace)
-            cached_stores[spec.name] = store
-        stores[spec.name] = with_ttl(store, spec.ttl)  # the cache holds the entries' expiries
+        listener = None if on_changes is None else _forwarder(spec.name, on_changes)
+        layers = build_layers(
+            spec, db, cache=cache, on_flush=listener, send_old_values=listener is not None, namespace=namespace
+        )
+        stores[spec.name] = layers.store
+        if layers.caching is not None:
+            cached_stores[spec.name] = layers.caching
     return stores, cached_stores
 
 
-def _forwarder(spec: StoreSpec, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
-    name, translate = spec.name, (user_changes if spec.ttl is not None else list)
-    return lambda changes: on_changes(name, translate(changes))
+def _forwarder(name: str, on_changes: OnChanges) -> Callable[[list[Change]], Any]:
+    return lambda changes: on_changes(name, list(changes))
 
 
 def rename_caches(

@@ -19,19 +19,14 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_statestore.serde import unescape
 from spark_statestore.stores.rocksdb_scan import scan_chunks
 from spark_statestore.stores.spec import StoreSpec
-from spark_statestore.stores.persistent_window import STREAM_TIME_KEY
 from spark_statestore.stores.ttl import (
     CLOCK_KEY, ENTRY, INDEX, PENDING, PENDING_KEY, decode_changes, live_pending, time_bytes,
 )
-from spark_statestore.stores.window_layout import ws_bytes
-from spark_statestore.validation import MAX_TIME
 
 CHUNK = 65_536
 _INT32_LIMIT = 1 << 31
@@ -39,12 +34,13 @@ _INT32_LIMIT = 1 << 31
 
 @dataclass(frozen=True)
 class StoreColumns:
-    """One chunk of a store's records: binary `keys` and `values`, and for window stores
-    the int64 `window_starts`."""
+    """One chunk of a store's records: binary `keys` and `values`, and the `parts` its
+    kind's key schema carries beside each key (`StoreKind.key_columns`: a window store's
+    int64 window starts)."""
 
     keys: pa.Array
     values: pa.Array
-    window_starts: pa.Array | None = None
+    parts: tuple[pa.Array, ...] = ()
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -56,33 +52,6 @@ def binary_array(items: list) -> pa.Array:
     return pa.array(items, pa.binary())
 
 
-def window_parts(stored: pa.Array, retain_duplicates: bool) -> tuple[pa.Array, pa.Array]:
-    """The user keys and the window starts of stored window keys (`start | key`, or
-    `start | escape(key) | sequence` with duplicates), as the window store reads them:
-    the first 8 bytes of every key cut off in one numpy pass."""
-    keys = None
-    if len(stored) and pc.min(pc.binary_length(stored)).as_py() < 8:  # only a crafted key is shorter
-        keys = stored.to_pylist()
-        starts = pa.array([int.from_bytes(k[:8], "big") for k in keys], pa.int64())
-        rest = binary_array([k[8:] for k in keys])
-    else:
-        count = len(stored)
-        offsets = np.frombuffer(stored.buffers()[1], np.int32, count + 1, stored.offset * 4)
-        data = np.frombuffer(stored.buffers()[2] or b"", np.uint8)
-        heads = offsets[:-1, None] + np.arange(8)
-        starts = pa.array(np.ascontiguousarray(data[heads]).view(">u8").ravel().astype(np.int64))
-        keep = np.ones(len(data), np.bool_)
-        keep[heads] = False
-        keep[: offsets[0]] = keep[offsets[-1] :] = False
-        rest_offsets = (offsets - offsets[0] - 8 * np.arange(count + 1)).astype(np.int32)
-        rest = pa.Array.from_buffers(
-            pa.binary(), count, [None, pa.py_buffer(rest_offsets), pa.py_buffer(data[keep].tobytes())]
-        )
-    if retain_duplicates:
-        return binary_array([unescape(k, 8)[0] for k in (keys or stored.to_pylist())]), starts
-    return rest, starts
-
-
 def store_columns(
     db: Any, spec: StoreSpec, chunk: int = CHUNK, changelogs: Sequence[Any] = (),
     keys: tuple[bytes | None, bytes | None] = (None, None),
@@ -91,13 +60,14 @@ def store_columns(
     writes to) with the verified `changelogs` after its version merged in, in key order,
     about `chunk` records at a time. `keys`: the stored keys `lo <= key < hi` (None: open)
     a key-value store's scan is limited to (a window store's is not: its keys lead with
-    the window's start)."""
+    the window's start, and its kind says which are live: `StoreKind.live_keys`)."""
     store = db.open_store(spec)  # checks the store's recorded kind against `spec`
     cf = db.db.column_family(spec.name)
     overlay = Overlay.of(changelogs, spec.name)
-    window = spec.window_spec
-    lo, hi = keys
-    if window is None and lo is not None and hi is not None and lo >= hi:
+    kind = spec.store_kind
+    live = kind.live_keys(spec, store, overlay.latest)
+    lo, hi = keys if live is None else live
+    if lo is not None and hi is not None and lo >= hi:
         return  # no key is in the range
     if spec.ttl is not None:
         clock = overlay.latest(CLOCK_KEY, store.get(CLOCK_KEY))
@@ -106,15 +76,9 @@ def store_columns(
             cf, overlay, (clock, pending), chunk, ENTRY + (lo or b""), INDEX if hi is None else ENTRY + hi
         )
         return
-    if window is None:
-        for stored, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
-            yield StoreColumns(stored, values)
-        return
-    live_from = max(0, overlay.stream_time(store.observed_stream_time) - store.retention_period + 1)
-    lo, hi = ws_bytes(live_from), ws_bytes(MAX_TIME + 1)
-    for keys, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
-        user_keys, starts = window_parts(keys, window.retain_duplicates)
-        yield StoreColumns(user_keys, values, starts)
+    for stored, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
+        user_keys, parts = kind.key_columns(spec, stored)
+        yield StoreColumns(user_keys, values, parts)
 
 
 def _ttl_columns(
@@ -142,9 +106,6 @@ def _ttl_columns(
 def _after(stored: pa.Array, size: int) -> pa.Array:
     """Binary `stored` without the first `size` bytes of each."""
     return pc.binary_slice(stored, size, _INT32_LIMIT)
-
-
-_UNCHANGED = object()
 
 
 @dataclass
@@ -177,13 +138,6 @@ class Overlay:
         if any(lo <= key < hi for lo, hi in self.ranges):
             return None
         return snapshot
-
-    def stream_time(self, snapshot: int) -> int:
-        """A window store's observed stream time after the changelogs (`snapshot`: before)."""
-        raw = self.latest(STREAM_TIME_KEY, _UNCHANGED)
-        if raw is _UNCHANGED:
-            return snapshot
-        return -1 if raw is None else int.from_bytes(raw, "big", signed=True)
 
     def merge(
         self, chunks: Iterator[tuple[list, list]], lo: bytes | None, hi: bytes | None
@@ -228,22 +182,16 @@ class Overlay:
 @dataclass(frozen=True)
 class ChangeColumns:
     """Changes of one batch: `change` (put, delete, expire), binary `keys` and `values`
-    (null: none), and for window stores the int64 `window_starts`."""
+    (null: none), and the `parts` of its kind's key schema (see `StoreColumns`)."""
 
     batch_id: int
     change: pa.Array
     keys: pa.Array
     values: pa.Array
-    window_starts: pa.Array | None = None
+    parts: tuple[pa.Array, ...] = ()
 
     def __len__(self) -> int:
         return len(self.change)
-
-
-# a window store's bookkeeping keys start at 0xff; bytes, not an Arrow scalar: pyarrow
-# imports pandas when it builds its first array or scalar, which this module's import
-# should not do (a store user without Spark never needs pandas)
-_DATA_KEYS_END = b"\x80"
 
 
 def changelog_columns(changelog: Any, spec: StoreSpec, version: int) -> Iterator[ChangeColumns]:
@@ -260,23 +208,22 @@ def changelog_columns(changelog: Any, spec: StoreSpec, version: int) -> Iterator
                 version, pa.array(change, pa.string()), binary_array(list(keys)), binary_array(list(values))
             )
         return
-    window = spec.window_spec
-    if window is not None:
-        expiries = [hi for lo, hi in changelog.ranges().get(spec.name, ()) if lo == b""]
-        if expiries:
-            none = pa.nulls(len(expiries), pa.binary())
-            starts = pa.array([int.from_bytes(hi[:8], "big") for hi in expiries], pa.int64())
-            yield ChangeColumns(version, pa.array(["expire"] * len(expiries)), none, none, starts)
+    kind = spec.store_kind
+    bounds = [hi for lo, hi in changelog.ranges().get(spec.name, ()) if lo == b""]
+    expiries = kind.expiry_parts(spec, bounds) if bounds else None
+    if expiries is not None:
+        none = pa.nulls(len(bounds), pa.binary())
+        yield ChangeColumns(version, pa.array(["expire"] * len(bounds)), none, none, expiries)
+    end = kind.data_end(spec)
     for store, stored, raw in changelog.write_columns():
         if store != spec.name:
             continue
-        starts = None
-        if window is not None:
-            data = pc.less(stored, pa.scalar(_DATA_KEYS_END, pa.binary()))
+        if end is not None:  # without the store's bookkeeping
+            data = pc.less(stored, pa.scalar(end, pa.binary()))
             if not pc.all(data).as_py():
                 stored, raw = stored.filter(data), raw.filter(data)
             if not len(stored):
                 continue
-            stored, starts = window_parts(stored, window.retain_duplicates)
+        stored, parts = kind.key_columns(spec, stored)
         change = pc.if_else(raw.is_null(), "delete", "put")
-        yield ChangeColumns(version, change, stored, raw, starts)
+        yield ChangeColumns(version, change, stored, raw, parts)

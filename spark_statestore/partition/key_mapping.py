@@ -9,10 +9,9 @@ the caller gives `key_mapping`: a function of the decoded store key (a window st
 user key) returning the grouping key's column values as a tuple (`murmur3.Int32` marks
 an `int` column) or the partition itself as an int; or a dict of such functions by store.
 
-A raw entry of a window store is `window start (8 bytes) | key part`; keys from byte 0x80
-on are the store's own bookkeeping, which every new partition gets a copy of. A TTL
-store's are `0x00 | key` (an entry), `0x01 | expiry (8 bytes) | key` (its index entry,
-which goes with it) and its clock (bookkeeping): see `stores/ttl.py`.
+A raw entry's user key is its kind's to find (`StoreKind.user_key`: a window store's is
+after the window start, a TTL store's after the layout's bytes); the store's own
+bookkeeping keys have none, and every new partition gets a copy of them.
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from spark_statestore import murmur3
-from spark_statestore.serde import serde_for, unescape
+from spark_statestore.serde import serde_for
 from spark_statestore.stores.spec import StoreSpec
-from spark_statestore.stores.ttl import ENTRY, INDEX
 
 KeyMapping = Callable[[Any], Any]
 _DEFAULT = {"string", "int64_key", "int64", "bytes"}
@@ -66,20 +64,12 @@ class Router:
         self.mapping = mapping or _as_columns
         self.partitions = partitions
         self.serde = serde_for(spec.key_serde)
+        self._user_key = spec.store_kind.user_key  # the kind's key schema
         self._fast = mapping is None and spec.key_serde in ("int64_key", "int64")  # one bigint column: numpy
 
     def user_key(self, raw: bytes) -> bytes | None:
         """The encoded user key of a raw entry (None: the store's bookkeeping)."""
-        if self.spec.ttl is not None:  # an entry, its expiry index entry, or the clock (see `ttl`)
-            if raw[:1] == ENTRY:
-                return raw[len(ENTRY) :]
-            return raw[len(INDEX) + 8 :] if raw[:1] == INDEX else None
-        window = self.spec.window_spec
-        if window is None:
-            return raw
-        if raw[:1] >= b"\x80":
-            return None
-        return unescape(raw, 8)[0] if window.retain_duplicates else raw[8:]
+        return self._user_key(self.spec, raw)
 
     def route(self, raws: list[bytes]) -> list[int]:
         """The new partition of each raw key (-1: every partition)."""

@@ -32,6 +32,7 @@ from spark_statestore.checkpoint.names import (
     statestore_dir,
 )
 from spark_statestore.errors import CorruptStateError, MissingStateError, StateStoreError
+from spark_statestore.kinds.build import build_store
 from spark_statestore.partition.columnar import CHUNK, ChangeColumns, StoreColumns, changelog_columns, store_columns
 from spark_statestore.partition.generations import serving
 from spark_statestore.partition.layout import Layout, read_query_layout
@@ -42,7 +43,6 @@ from spark_statestore.partition.plan import RestorePlan
 from spark_statestore.partition.recovery import Recovery, check_changelog_layout
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
-from spark_statestore.stores.ttl import with_ttl
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
 from spark_statestore.txn.database import TransactionalDatabase
 
@@ -253,12 +253,8 @@ class VersionReader:
         of a window store (live windows only, as the store serves them)."""
         if self.pending:
             raise StateStoreError("records() reads a copy with its changelogs written (merge_records=0)")
-        store = self._loaded().open_store(spec)
-        if spec.window_spec is None:
-            yield from with_ttl(store, spec.ttl).all()  # TTL: live entries, on the version's clock
-            return
-        for windowed, value in store.all():
-            yield windowed.key, value, windowed.window.start
+        store = build_store(spec, self._loaded())  # TTL: live entries, on the version's clock
+        yield from spec.store_kind.records(store)
 
     def columns(
         self, spec: StoreSpec, chunk: int = CHUNK, keys: tuple[bytes | None, bytes | None] = (None, None)
@@ -286,14 +282,15 @@ def _span(versions: list[int]) -> str:
 @dataclass(frozen=True)
 class ChangeRecord:
     """One change of a store in one batch: `put` (a final value), `delete`, or `expire`
-    (window stores: every window starting before `window_start` was dropped; TTL
-    key-value stores: the entry `key` had expired and was deleted in this batch)."""
+    (window stores: every window starting before the window start in `parts` was dropped;
+    TTL key-value stores: the entry `key` had expired and was deleted in this batch).
+    `parts`: what the store's key schema carries beside the key (a window start)."""
 
     batch_id: int
     change: str
     key: bytes | None
     value: bytes | None
-    window_start: int | None
+    parts: tuple[Any, ...] = ()
 
 
 def change_columns(
@@ -361,11 +358,11 @@ def changes(
 ) -> Iterator[ChangeRecord]:
     """`change_columns` one record at a time."""
     for chunk in change_columns(state, partition, spec, start, end, workdir):
-        starts = [None] * len(chunk) if chunk.window_starts is None else chunk.window_starts.to_pylist()
-        for change, key, value, start_ in zip(
-            chunk.change.to_pylist(), chunk.keys.to_pylist(), chunk.values.to_pylist(), starts
+        parts = zip(*(part.to_pylist() for part in chunk.parts)) if chunk.parts else [()] * len(chunk)
+        for change, key, value, parts_ in zip(
+            chunk.change.to_pylist(), chunk.keys.to_pylist(), chunk.values.to_pylist(), parts
         ):
-            yield ChangeRecord(chunk.batch_id, change, key, value, start_)
+            yield ChangeRecord(chunk.batch_id, change, key, value, parts_)
 
 
 __all__ = [

@@ -45,6 +45,7 @@ from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, Versio
 from spark_statestore.partition.open_copies import OpenCopy
 from spark_statestore.partition.options import PartitionOptions, WorkerResources
 from spark_statestore.partition.recovery import Recovery
+from spark_statestore.stores.api import StateStore
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.task_records import write_task_record
@@ -249,8 +250,8 @@ class PartitionState:
             db, self.specs, self.cache, self.local.root, committed, self.on_changes
         )
 
-    def store(self, name: str) -> Any:
-        """The store `name` (behind the record cache when the partition has one)."""
+    def store(self, name: str) -> StateStore:
+        """The bytes store `name` (behind the record cache when the partition has one)."""
         self._require_open()
         try:
             return self._stores[name]

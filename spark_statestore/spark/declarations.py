@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_statestore.kinds.build import typed_layer
 from spark_statestore.serde import BytesSerde, RecordSerde, Serde
 from spark_statestore.stores.spec import Clock, StoreSpec
 from spark_statestore.validation import describe
@@ -37,14 +38,23 @@ def _with_schemas(spec: StoreSpec, value_serde: Serde) -> StoreSpec:
     return spec
 
 
-def _typed(store: Any, key_serde: Serde, value_serde: Serde) -> Any:
-    if isinstance(key_serde, BytesSerde) and isinstance(value_serde, BytesSerde):
-        return store
-    return store.typed(key_serde, value_serde)
+class StoreDeclaration:
+    """What every declaration gives: its `name`, serdes, `spec()`, and `typed(store)`: a
+    bytes store of the partition (or a read-only view of one) through the serdes."""
+
+    name: str
+    key_serde: Serde
+    value_serde: Serde
+
+    def spec(self) -> StoreSpec:
+        raise NotImplementedError
+
+    def typed(self, store: Any) -> Any:
+        return typed_layer(self.spec(), store, self.key_serde, self.value_serde)
 
 
 @dataclass(frozen=True)
-class KeyValue:
+class KeyValue(StoreDeclaration):
     """A key-value store of the partition; with `ttl` (a `timedelta` or int ms) each write
     lives that long on `ttl_clock`: `"processing_time"` (the batch's timestamp, from
     Spark's offset log: the same for every attempt) or `"event_time"` (the batch's
@@ -68,12 +78,9 @@ class KeyValue:
         )
         return _with_schemas(spec, self.value_serde)
 
-    def typed(self, store: Any) -> Any:
-        return _typed(store, self.key_serde, self.value_serde)
-
 
 @dataclass(frozen=True)
-class Window:
+class Window(StoreDeclaration):
     """A window store of the partition (`clock`: `"watermark"` or `"records"`)."""
 
     name: str
@@ -109,8 +116,5 @@ class Window:
             self.value_serde.identity,
         )
 
-    def typed(self, store: Any) -> Any:
-        return _typed(store, self.key_serde, self.value_serde)
 
-
-Declaration = KeyValue | Window
+Declaration = StoreDeclaration  # KeyValue(...), Window(...)

@@ -17,8 +17,8 @@ from typing import Any
 
 from spark_statestore.faults import fault_point
 from spark_statestore.serde.records import RecordSerde, _last_migration
+from spark_statestore.stores.kinds import kind_of_store
 from spark_statestore.stores.ttl import TtlKeyValueStore
-from spark_statestore.stores.window_api import WindowStore
 
 CHUNK = 4096
 
@@ -38,18 +38,25 @@ def migrate_if_due(store: Any, serde: Any, loaded_version: int, batch_id: int) -
     since = migration_batch(serde)
     if since is None or not loaded_version < since <= batch_id:
         return 0
-    if isinstance(store, WindowStore):
-        entries = [(w.key, w.window.start, v) for w, v in store.all()]
-        stale = [e for e in entries if serde.written_before_migration(e[2])]
-        new = serde.encode_many(serde.decode_many([e[2] for e in stale]))
-        for (key, start, _), value in zip(stale, new):
-            store.put(key, value, start)
-        fault_point("migration:after-chunk")
-        return len(stale)
-    return _migrate_key_values(store, serde)
+    kind = kind_of_store(store)
+    if kind is None:
+        raise TypeError(f"store must be a store of a known kind, got {type(store).__name__}: {store!r:.100}")
+    return kind.migrate(store, serde)
 
 
-def _migrate_key_values(store: Any, serde: RecordSerde) -> int:
+def migrate_windows(store: Any, serde: RecordSerde) -> int:
+    """A window store's migration: its live records, rewritten in one chunk."""
+    entries = [(w.key, w.window.start, v) for w, v in store.all()]
+    stale = [e for e in entries if serde.written_before_migration(e[2])]
+    new = serde.encode_many(serde.decode_many([e[2] for e in stale]))
+    for (key, start, _), value in zip(stale, new):
+        store.put(key, value, start)
+    fault_point("migration:after-chunk")
+    return len(stale)
+
+
+def migrate_key_values(store: Any, serde: RecordSerde) -> int:
+    """A key-value store's migration, in key order, `CHUNK` entries at a time."""
     done, start = 0, None
     while True:
         chunk = []

@@ -1,10 +1,11 @@
 """`StoreSpec`: the one description of a store, validated once and recorded durably.
 
-A spec holds what defines a store's data: its name, its kind, the identities of the
-serdes its keys and values are written with (so that a reader can decode the state
-without the processor, and a query cannot reopen the state with a different
-declaration) and, for a window store, its `WindowSpec`. Whether the store is cached is a
-runtime choice, kept in the spec but never recorded.
+A spec holds what defines a store's data: its name, its kind (a `StoreKind`, see
+`stores/kinds.py`: every difference between kinds is the kind's to say), the kind's
+parameters (a window store's `WindowSpec`), the identities of the serdes its keys and
+values are written with (so that a reader can decode the state without the processor,
+and a query cannot reopen the state with a different declaration). Whether the store is
+cached is a runtime choice, kept in the spec but never recorded.
 
 Two records are derived from a spec, and both must stay byte-compatible with the files
 and databases already written: `as_dict` (the partition layout and changelog headers;
@@ -27,18 +28,18 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from spark_statestore.serde import check_identity
 from spark_statestore.serde.schemas import check_schemas
+from spark_statestore.stores.kinds import KINDS, StoreKind, kind_named
 from spark_statestore.stores.names import check_store_name
 from spark_statestore.stores.ttl_spec import TtlSpec
 from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, parse_choice, to_millis
 
-KEY_VALUE = "key_value"
+KEY_VALUE = "key_value"  # the names of the built-in kinds (`spark_statestore.kinds`)
 WINDOW = "window"
-KEY_VALUE_TTL = "key_value_ttl"  # a RocksDB record's kind only (see store_record)
 
 
 class Clock(enum.Enum):
@@ -149,21 +150,45 @@ def _recorded_int(value: Any, name: str) -> int:
 
 @dataclass(frozen=True)
 class StoreSpec:
-    """A store: build with `StoreSpec.key_value` or `StoreSpec.window` (checked), or read
-    one back with `StoreSpec.from_dict`."""
+    """A store: build with `StoreSpec.key_value`, `StoreSpec.window` or `StoreSpec.of`
+    (checked), or read one back with `StoreSpec.from_dict`. `kind` names its `StoreKind`
+    (`stores/kinds.py`); `params` are the kind's parameters (a window store's `WindowSpec`;
+    None for a key-value store)."""
 
     name: str
-    window_spec: WindowSpec | None = None  # the window part: None for a key-value store
+    kind: str = KEY_VALUE
+    params: Any = None
     cached: bool = True
     key_serde: str = "bytes"
     value_serde: str = "bytes"
     value_schemas: tuple[str, ...] = ()  # record values: their schema versions, oldest first (JSON)
-    ttl: TtlSpec | None = None  # key-value stores only: entries expire (see ttl_spec)
+    ttl: TtlSpec | None = None  # kinds that take one only (key-value stores): entries expire (see ttl_spec)
 
     @property
-    def kind(self) -> str:
-        """`KEY_VALUE` or `WINDOW`."""
-        return KEY_VALUE if self.window_spec is None else WINDOW
+    def store_kind(self) -> StoreKind:
+        """The `StoreKind` of the store."""
+        return kind_named(self.kind, self.name)
+
+    @staticmethod
+    def of(
+        kind: str,
+        name: str,
+        params: Any = None,
+        cached: bool = True,
+        key_serde: str = "bytes",
+        value_serde: str = "bytes",
+    ) -> "StoreSpec":
+        """A store of `kind` with its checked `params` (a store whose parameters its kind
+        does not cache is never cached)."""
+        store_kind = kind_named(kind)
+        return StoreSpec(
+            check_store_name(name),
+            store_kind.name,
+            params,
+            check_bool(cached, "cached") and store_kind.cacheable(params),
+            check_identity(key_serde, "key_serde"),
+            check_identity(value_serde, "value_serde"),
+        )
 
     @staticmethod
     def key_value(
@@ -175,14 +200,8 @@ class StoreSpec:
         ttl_clock: Any = "processing_time",
     ) -> "StoreSpec":
         """A key-value store (`ttl`: int ms or `timedelta`, None: entries never expire)."""
-        return StoreSpec(
-            check_store_name(name),
-            None,
-            check_bool(cached, "cached"),
-            check_identity(key_serde, "key_serde"),
-            check_identity(value_serde, "value_serde"),
-            ttl=None if ttl is None else TtlSpec.of(ttl, ttl_clock),
-        )
+        spec = StoreSpec.of(KEY_VALUE, name, None, cached, key_serde, value_serde)
+        return spec if ttl is None else replace(spec, ttl=TtlSpec.of(ttl, ttl_clock))
 
     @staticmethod
     def window(
@@ -198,20 +217,15 @@ class StoreSpec:
     ) -> "StoreSpec":
         """A window store (a store that retains duplicates is never cached)."""
         window = WindowSpec.of(name, retention_period, window_size, retain_duplicates, segment_interval, clock)
-        return StoreSpec(
-            check_store_name(name),
-            window,
-            check_bool(cached, "cached") and not window.retain_duplicates,
-            check_identity(key_serde, "key_serde"),
-            check_identity(value_serde, "value_serde"),
-        )
+        return StoreSpec.of(WINDOW, name, window, cached, key_serde, value_serde)
 
     def as_dict(self) -> dict[str, Any]:
         """What defines the store's data (not its name, the key it is recorded under, nor
         whether it is cached), JSON-able."""
         out: dict[str, Any] = {"kind": self.kind, "key_serde": self.key_serde, "value_serde": self.value_serde}
-        if self.window_spec is not None:
-            out["window"] = self.window_spec.as_dict()
+        kind = self.store_kind
+        if kind.params_key is not None:
+            out[kind.params_key] = kind.params_as_dict(self.params)
         if self.value_schemas:
             out["value_schemas"] = [json.loads(text) for text in self.value_schemas]
         if self.ttl is not None:
@@ -224,22 +238,23 @@ class StoreSpec:
         TypeError/ValueError name what is wrong)."""
         if not isinstance(data, dict):
             raise TypeError(f"store {name!r} must be recorded as an object, got {describe(data)}")
-        kind, window = data.get("kind"), data.get("window")
-        if kind not in (KEY_VALUE, WINDOW):
-            raise ValueError(f"store {name!r} has kind {kind!r}; known kinds: {KEY_VALUE!r}, {WINDOW!r}")
-        if (kind == WINDOW) != (window is not None):
-            raise ValueError(f"store {name!r} of kind {kind!r} has window parameters {window!r}")
-        window_spec = None if window is None else WindowSpec.from_dict(name, window)
+        kind = kind_named(data.get("kind"), name)
+        for other in KINDS.values():  # the kind's own parameters, and no other kind's
+            key = other.params_key
+            if key is not None and (other is kind) != (data.get(key) is not None):
+                raise ValueError(f"store {name!r} of kind {kind.name!r} has {key} parameters {data.get(key)!r}")
+        params = None if kind.params_key is None else kind.params_from_dict(name, data[kind.params_key])
         value_serde = check_identity(data.get("value_serde", "bytes"), "value_serde")
         schemas = check_schemas(data.get("value_schemas", ()))
         if (value_serde == "record") != bool(schemas):
             raise ValueError(f"store {name!r} has value serde {value_serde!r} with value schemas {schemas!r:.200}")
         ttl = data.get("ttl")
-        if ttl is not None and kind != KEY_VALUE:
-            raise ValueError(f"store {name!r} of kind {kind!r} has a ttl {ttl!r}; only key-value stores have one")
+        if ttl is not None and not kind.takes_ttl:
+            raise ValueError(f"store {name!r} of kind {kind.name!r} has a ttl {ttl!r}; only key-value stores have one")
         return StoreSpec(
             check_store_name(name),
-            window_spec,
+            kind.name,
+            params,
             True,
             check_identity(data.get("key_serde", "bytes"), "key_serde"),
             value_serde,
@@ -250,17 +265,4 @@ class StoreSpec:
     def store_record(self) -> dict[str, Any]:
         """What a RocksDB database records for the store's column family: what its bytes
         mean to the store code (the serdes are the layout's to check)."""
-        window = self.window_spec
-        if window is None:
-            if self.ttl is None:
-                return {"kind": self.kind}
-            # entries of a TTL store carry their expiry: another kind, so neither opens the
-            # other; another duration or clock is another declaration, as in a layout
-            return {"kind": KEY_VALUE_TTL, "ttl": self.ttl.as_dict()}
-        return {
-            "kind": self.kind,
-            "retain_duplicates": window.retain_duplicates,
-            "window_size": window.window_size,
-            # a longer retention would bring back expired records not yet deleted
-            "retention_period": window.retention_period,
-        }
+        return self.store_kind.store_record(self)

@@ -39,15 +39,13 @@ def records(
     value = text_decoder(spec.value_serde, schemas_as_of(spec.value_schemas, batch))
     committed = state.committed_batch()
     state = state.at_batch(batch)
+    kind = spec.store_kind
     for partition in partitions:
         version = uncommitted_version(state, partition, batch) if uncommitted else batch
         with VersionReader(state, partition, version, committed) as reader:
             for record in reader.records(spec):
                 row = {"partition": partition, "key": key(record[0]), "value": value(record[1])}
-                if spec.window_spec is not None:
-                    row["window_start"] = record[2]
-                    row["window_end"] = record[2] + spec.window_spec.window_size
-                yield row
+                yield {**row, **kind.row_values(spec, record[2:])}
 
 
 def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, partitions: list[int]) -> Iterator[dict]:
@@ -55,6 +53,7 @@ def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, par
     in the shape of the batch that wrote them (a migration inside the range changes it: the
     values before it are never carried through it, which needs the writer's `migrate`)."""
     key = text_decoder(spec.key_serde)
+    kind = spec.store_kind
     decoders: dict[tuple[str, ...], Callable[[bytes | None], Any]] = {}
 
     def value(batch: int, raw: bytes | None) -> Any:
@@ -72,11 +71,7 @@ def change_rows(state: StateLocation, spec: StoreSpec, start: int, end: int, par
                 "key": key(change.key),
                 "value": value(change.batch_id, change.value),
             }
-            if spec.window_spec is not None:
-                ws = change.window_start
-                row["window_start"] = ws
-                row["window_end"] = None if ws is None or change.change == "expire" else ws + spec.window_spec.window_size
-            yield row
+            yield {**row, **kind.row_values(spec, change.parts, change.change == "expire")}
 
 
 def write(rows: Iterator[dict], out: TextIO, fmt: str, columns: list[str]) -> int:
@@ -97,4 +92,4 @@ def write(rows: Iterator[dict], out: TextIO, fmt: str, columns: list[str]) -> in
 
 def columns_of(spec: StoreSpec, with_changes: bool) -> list[str]:
     base = ["batch_id", "partition", "change", "key", "value"] if with_changes else ["partition", "key", "value"]
-    return base + (["window_start", "window_end"] if spec.window_spec is not None else [])
+    return base + [name for name, _ in spec.store_kind.reader_columns]

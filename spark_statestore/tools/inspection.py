@@ -11,6 +11,7 @@ import pyarrow.fs as pafs
 from spark_statestore.checkpoint.filesystem import DurableDir
 from spark_statestore.checkpoint.names import SHARED, SNAPSHOTS, aside_name, list_changelogs, snapshot_versions
 from spark_statestore.partition.reading import StateLocation
+from spark_statestore.stores.kinds import kind_named
 
 
 @dataclass(frozen=True)
@@ -84,13 +85,7 @@ def render(facts: StateFacts) -> str:
     lines = [f"checkpoint: {facts.location}", "stores:"]
     for name, spec in facts.stores.items():
         serdes = f"key {spec['key_serde']}, value {spec['value_serde']}"
-        window = spec.get("window")
-        shape = (
-            f"window store (size {window['window_size']}, retention {window['retention_period']}, "
-            f"clock {window['clock']}, duplicates {'kept' if window['retain_duplicates'] else 'replaced'})"
-            if window
-            else "key-value store"
-        )
+        shape = kind_named(spec["kind"], name).describe(spec)
         lines.append(f"  {name}: {shape}; {serdes}{'' if spec['cached'] else '; uncached'}")
     count = "not recorded" if facts.partition_count is None else str(facts.partition_count)
     committed = "none" if facts.committed_batch is None else str(facts.committed_batch)

@@ -29,10 +29,9 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 from spark_statestore.errors import CorruptStateError, StateStoreError, StoreClosedError
 from spark_statestore.faults import fault_point
 from spark_statestore.stores.api import prefix_end
-from spark_statestore.stores.kv_store import RocksDBKeyValueStore
 from spark_statestore.stores.names import META_COLUMN_FAMILY, check_store_name
-from spark_statestore.stores.persistent_window import RocksDBWindowStore
 from spark_statestore.stores.rocksdb import RocksDatabase, RocksMemory
+from spark_statestore.stores.api import StateStore
 from spark_statestore.stores.spec import Clock, StoreSpec
 from spark_statestore.txn.apply import (
     DEFAULT_CHUNK_BYTES,
@@ -56,14 +55,7 @@ from spark_statestore.txn.meta_entries import (
 )
 from spark_statestore.txn.metrics import TransactionMetrics
 from spark_statestore.txn.stores import TransactionalKeyValueStore, TransactionalWindowStore
-from spark_statestore.txn.views import (
-    KEY_VALUE_READS,
-    WINDOW_READS,
-    FollowingWindowStore,
-    LockedKeySpace,
-    ReadOnlyView,
-    ThreadBoundKeySpace,
-)
+from spark_statestore.txn.views import LockedKeySpace, ReadOnlyView, ThreadBoundKeySpace
 from spark_statestore.validation import check_int, describe
 
 DEFAULT_UNCOMMITTED_MAX_BYTES = 64 << 20
@@ -112,6 +104,7 @@ class TransactionalDatabase:
         self._lock = threading.RLock()
         self._keyspaces: dict[str, TransactionalKeySpace] = {}
         self._stores: dict[str, Any] = {}
+        self._specs: dict[str, StoreSpec] = {}  # of the open stores
         self._views: weakref.WeakSet[ReadOnlyView] = weakref.WeakSet()
         self._meta = self.db.column_family(META_COLUMN_FAMILY)
         try:
@@ -122,9 +115,10 @@ class TransactionalDatabase:
 
     # -- stores -------------------------------------------------------------------------
 
-    def open_store(self, spec: StoreSpec, on_close: Any = None) -> Any:
-        """The transactional store `spec` describes (a `StoreSpec`), opened in this database;
-        the database records the store's kind and refuses to reopen it differently."""
+    def open_store(self, spec: StoreSpec, on_close: Any = None) -> StateStore:
+        """The transactional store `spec` describes (a `StoreSpec`), opened in this database
+        (its kind's store on the store's keyspace: `StoreKind.on_keyspace`); the database
+        records the store's kind and refuses to reopen it differently."""
         self._check_open()
         name = spec.name
         if name in self._stores:
@@ -133,16 +127,14 @@ class TransactionalDatabase:
         keyspace = self._keyspaces.get(name)
         if keyspace is None:
             keyspace = self._keyspaces[name] = TransactionalKeySpace(self.db, name, self.budget)
-        if spec.window_spec is None:
-            store: Any = TransactionalKeyValueStore(name, keyspace, self, on_close)
-        else:
-            store = TransactionalWindowStore(name, keyspace, self, spec.window_spec, on_close)
+        store = spec.store_kind.on_keyspace(spec, keyspace, self, on_close)
         self._stores[name] = store
+        self._specs[name] = spec
         return store
 
     def key_value_store(self, name: str, on_close: Any = None) -> TransactionalKeyValueStore:
         """The transactional key-value store `name` of this database."""
-        return self.open_store(StoreSpec.key_value(name), on_close)
+        return self.open_store(StoreSpec.key_value(name), on_close)  # type: ignore[return-value]
 
     def window_store(
         self,
@@ -157,7 +149,7 @@ class TransactionalDatabase:
         """The transactional window store `name` of this database (parameters as for
         `Stores.persistent_window_store`)."""
         spec = StoreSpec.window(name, retention_period, window_size, retain_duplicates, segment_interval, clock=clock)
-        return self.open_store(spec, on_close)
+        return self.open_store(spec, on_close)  # type: ignore[return-value]
 
     def store(self, name: str) -> Any:
         return self._stores[name]
@@ -350,13 +342,8 @@ class TransactionalDatabase:
             keyspace = LockedKeySpace(keyspace.committed, self._lock)
         else:
             keyspace = ThreadBoundKeySpace(keyspace, store.name)
-        if isinstance(store, RocksDBWindowStore):
-            inner: Any = FollowingWindowStore(store.name, keyspace, store.spec)
-            allowed = WINDOW_READS
-        else:
-            inner = RocksDBKeyValueStore(store.name, keyspace)
-            allowed = KEY_VALUE_READS
-        view = ReadOnlyView(inner, isolation, allowed)
+        spec = self._specs[store.name]
+        view = ReadOnlyView(spec.store_kind.view_store(spec, keyspace), isolation, spec.store_kind)
         self._views.add(view)
         return view
 
@@ -383,6 +370,7 @@ class TransactionalDatabase:
         for store in list(self._stores.values()):
             store.close()
         self._stores.clear()
+        self._specs.clear()
 
     def close(self) -> None:
         """Close every store and view, discard uncommitted writes, release the directory."""

@@ -20,53 +20,11 @@ from typing import Any, Iterator
 
 from spark_statestore.errors import StateStoreError
 from spark_statestore.stores.keyspace import ColumnFamilyKeySpace, KeySeeker
-from spark_statestore.stores.persistent_window import RocksDBWindowStore
-from spark_statestore.stores.typed import TypedKeyValueStore, TypedWindowStore
+from spark_statestore.stores.kinds import StoreKind
 from spark_statestore.txn.isolation import IsolationLevel
 from spark_statestore.txn.keyspace import TransactionalKeySpace
 
 _get_ident = threading.get_ident
-
-KEY_VALUE_READS = frozenset(
-    {
-        "get",
-        "get_all",
-        "range",
-        "reverse_range",
-        "all",
-        "reverse_all",
-        "prefix_scan",
-        "approximate_num_entries",
-        "name",
-        "persistent",
-        "is_open",
-    }
-)
-WINDOW_READS = frozenset(
-    {
-        "get",
-        "get_all",
-        "fetch",
-        "backward_fetch",
-        "fetch_range",
-        "backward_fetch_range",
-        "fetch_all",
-        "backward_fetch_all",
-        "fetch_range_columns",
-        "fetch_range_chunks",
-        "fetch_all_columns",
-        "all",
-        "backward_all",
-        "observed_stream_time",
-        "retention_period",
-        "window_size",
-        "retain_duplicates",
-        "name",
-        "persistent",
-        "is_open",
-    }
-)
-
 
 def _after(
     head: tuple[bytes, bytes] | None, rest: Iterator[tuple[bytes, bytes]]
@@ -216,22 +174,14 @@ class ThreadBoundSeeker:
         return self._inner.more(upper, limit)
 
 
-class FollowingWindowStore(RocksDBWindowStore):
-    """A window store that reads the stream time from its keyspace on every use, so a
-    view follows the writer's (or the committed) stream time."""
-
-    @property
-    def observed_stream_time(self) -> int:
-        return self._persisted_stream_time()
-
-
 class ReadOnlyView:
     """The read methods of a store; everything that writes is absent."""
 
-    def __init__(self, store: Any, isolation: IsolationLevel, allowed: frozenset[str]) -> None:
+    def __init__(self, store: Any, isolation: IsolationLevel, kind: StoreKind) -> None:
         self._store = store
         self.isolation = isolation
-        self._allowed = allowed
+        self._kind = kind
+        self._allowed = kind.reads
 
     def __getattr__(self, name: str) -> Any:
         if name in self._allowed:
@@ -243,8 +193,7 @@ class ReadOnlyView:
 
     def typed(self, key_serde: Any, value_serde: Any) -> Any:
         """A typed facade over the view (still read-only)."""
-        typed = TypedWindowStore if self._allowed is WINDOW_READS else TypedKeyValueStore
-        return typed(self, key_serde, value_serde)
+        return self._kind.typed(self, key_serde, value_serde)
 
     def close(self) -> None:
         """End the view's open iterators; the store itself stays open."""

@@ -21,7 +21,7 @@ from spark_statestore.checkpoint.names import statestore_dir
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.layout import Layout, record_query_layout
 from spark_statestore.spark import compat
-from spark_statestore.spark.declarations import Declaration, KeyValue, Window
+from spark_statestore.spark.declarations import Declaration, StoreDeclaration
 from spark_statestore.spark.driver.evolution import evolve_declarations
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.driver.partition_count import check_partition_count
@@ -65,7 +65,7 @@ def declarations_of(stores: Sequence[Declaration]) -> tuple[Declaration, ...]:
         raise TypeError(f"stores must be a list of KeyValue(...) and Window(...) declarations, got {describe(stores)}")
     out = tuple(stores)
     for declaration in out:
-        if not isinstance(declaration, (KeyValue, Window)):
+        if not isinstance(declaration, StoreDeclaration):
             raise TypeError(f"stores must hold KeyValue(...) and Window(...) declarations, got {declaration!r}")
     return out
 

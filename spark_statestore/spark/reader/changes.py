@@ -39,13 +39,12 @@ class ChangesReader:
             decode_arrow(self.key, chunk.keys),
             decode_arrow(self.value, chunk.values),
         ]
-        names = ["batch_id", "partition", "change", "key", "value"]
-        window = self.request.spec.window_spec
-        if window is not None:
-            starts = chunk.window_starts
-            expiries = chunk.keys.is_null().to_numpy(zero_copy_only=False)  # an expiry has no window end
-            columns += [starts, pa.array(starts.to_numpy() + window.window_size, mask=expiries)]
-            names += ["window_start", "window_end"]
+        spec = self.request.spec
+        kind = spec.store_kind
+        if kind.reader_columns:
+            gone = chunk.keys.is_null().to_numpy(zero_copy_only=False)  # an expiry has no key
+            columns += kind.reader_values(spec, chunk.parts, gone)
+        names = ["batch_id", "partition", "change", "key", "value"] + [name for name, _ in kind.reader_columns]
         return pa.RecordBatch.from_arrays(columns, names=names)
 
 

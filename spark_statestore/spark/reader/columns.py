@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 from pyspark.sql.types import (
     BinaryType,
     BooleanType,
@@ -135,17 +135,17 @@ def decode_arrow(column: Column, raw: pa.Array) -> pa.Array:
     return pa.array(column.convert(raw.to_pylist()), column.struct or to_arrow_type(column.type))
 
 
-def window_fields(spec: StoreSpec) -> list[StructField]:
-    if spec.window_spec is None:
-        return []
-    return [StructField("window_start", LongType()), StructField("window_end", LongType())]
+def kind_fields(spec: StoreSpec) -> list[StructField]:
+    """The Spark fields of the columns the store's kind adds (`StoreKind.reader_columns`:
+    Arrow type names, mapped to Spark types here, outside the store layer)."""
+    return [StructField(name, from_arrow_type(pa.type_for_alias(arrow))) for name, arrow in spec.store_kind.reader_columns]
 
 
 def record_schema(spec: StoreSpec) -> StructType:
     key, value = column_for(spec.key_serde), value_column(spec)
     return StructType(
         [StructField("partition", IntegerType()), StructField("key", key.type), StructField("value", value.type)]
-        + window_fields(spec)
+        + kind_fields(spec)
     )
 
 
@@ -159,5 +159,5 @@ def change_schema(spec: StoreSpec) -> StructType:
             StructField("key", key.type),
             StructField("value", value.type),
         ]
-        + window_fields(spec)
+        + kind_fields(spec)
     )

@@ -46,15 +46,15 @@ class MetadataReader(DataSourceReader):
         durable = self.state.durable(number)
         size = sum(i.size for sub in ("", SNAPSHOTS, SHARED) for i in durable.list(sub))
         for spec in self.state.layout.stores:
-            window = spec.window_spec
+            facts = spec.store_kind.facts(spec)
             yield (
                 number,
                 spec.name,
                 spec.kind,
                 spec.key_serde,
                 spec.value_serde,
-                None if window is None else window.window_size,
-                None if window is None else window.retention_period,
+                facts.get("window_size"),
+                facts.get("retention_period"),
                 committed,
                 changelogs[0] if changelogs else None,
                 changelogs[-1] if changelogs else None,

@@ -66,10 +66,7 @@ class RecordsReader(TakesFilters, DataSourceReader):
             decode_arrow(self.key, chunk.keys),
             decode_arrow(self.value, chunk.values),
         ]
-        names = ["partition", "key", "value"]
-        if chunk.window_starts is not None:
-            size = self.request.spec.window_spec.window_size  # type: ignore[union-attr]
-            starts = chunk.window_starts.to_numpy()
-            columns += [chunk.window_starts, pa.array(starts + size)]
-            names += ["window_start", "window_end"]
+        spec = self.request.spec
+        columns += spec.store_kind.reader_values(spec, chunk.parts)
+        names = ["partition", "key", "value"] + [name for name, _ in spec.store_kind.reader_columns]
         return pa.RecordBatch.from_arrays(columns, names=names)

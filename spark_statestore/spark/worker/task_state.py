@@ -26,9 +26,8 @@ from spark_statestore.spark.worker.commit_log import check_previous_batch_commit
 from spark_statestore.spark.worker.runtime import WorkerRuntime, worker_runtime
 from spark_statestore.spark.task_metrics import TaskMetrics
 from spark_statestore.spark.worker.task import TaskInfo
+from spark_statestore.stores.protocol import Store
 from spark_statestore.stores.migration import migrate_if_due
-from spark_statestore.stores.spec import Clock
-from spark_statestore.stores.window_api import WindowStore
 from spark_statestore.txn.isolation import IsolationLevel
 
 log = logging.getLogger("spark_statestore.spark")
@@ -56,7 +55,7 @@ class TaskState:
         self.partition: PartitionState | None = None
         self._on_changes = on_changes
         self._runtime = runtime or worker_runtime()
-        self._typed: dict[str, Any] = {}
+        self._typed: dict[str, Store] = {}
         self._cache_start: dict[str, int] = {}
 
     def open(self) -> "TaskState":
@@ -104,9 +103,9 @@ class TaskState:
         watermark clock advance to the watermark when the batch is prepared (every adapter
         gets it here, also for a partition without data; `watermark` tells the task's
         code which windows the batch closes)."""
-        declarations = self.config.declarations
-        ttl = any(getattr(d, "ttl", None) is not None for d in declarations)
-        watermark = any(getattr(d, "clock", None) == "watermark" for d in declarations)
+        specs = partition.specs
+        ttl = any(spec.ttl is not None for spec in specs)
+        watermark = any(spec.store_kind.on_watermark(spec) for spec in specs)
         if not (ttl or watermark):
             return
         try:
@@ -138,10 +137,10 @@ class TaskState:
             )
         return self.partition
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> Store:
         return self.store(name)
 
-    def store(self, name: str) -> Any:
+    def store(self, name: str) -> Store:
         """The typed store `name`."""
         try:
             return self._typed[name]
@@ -172,12 +171,11 @@ class TaskState:
         `StateStoreMetrics` reads it back), release the partition; returns the record."""
         partition = self._open_partition()
         try:
-            windows = [s for s in partition.stores.values() if isinstance(s, WindowStore)]
-            if self.watermark >= 0:
-                for store in windows:
-                    if store.clock is Clock.EXTERNAL:
-                        store.advance_stream_time(self.watermark)
-            dropped = sum(s.metrics.dropped_records_total for s in windows)
+            stores = [(spec.store_kind, spec, partition.store(spec.name)) for spec in partition.specs]
+            if self.watermark >= 0:  # the kind's clock hook: stores on the external clock move to it
+                for kind, spec, store in stores:
+                    kind.at_watermark(spec, store, self.watermark)
+            dropped = sum(kind.dropped_records(store) for kind, _, store in stores)
             metrics = partition.prepare()
             record = self._record(metrics, dropped)
             self._keep(partition, record)
