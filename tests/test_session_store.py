@@ -226,29 +226,26 @@ def test_spec_validation():
         SessionSpec.of("s", -1)
 
 
-def test_expiry_is_bounded_work_per_write(tmp_path):
-    """A stream time jump that expires many sessions deletes at most EXPIRE_CHUNK of them
-    per write; the rest are never returned and are freed by the following writes."""
+def test_expiry_frees_exactly_the_expired_sessions(tmp_path):
+    """An advance that expires many sessions deletes them and their index entries, and
+    touches no live session: the work is what is freed."""
     from spark_statestore.stores import persistent_session
 
     store = open_session_store("rocksdb", str(tmp_path / "db"), 10)
-    chunk = persistent_session.EXPIRE_CHUNK
-    for i in range(chunk * 2 + 5):
-        store.put(b"k%05d" % i, 0, 1, b"v")
+    expired = persistent_session.EXPIRE_CHUNK * 2 + 5  # more than one chunk of the index
+    for i in range(expired):
+        store.put(b"k%05d" % i, 0, i % 7, b"v")
+    store.put(b"live", 9, 9, b"v")
     deleted: list[bytes] = []
     ks = store.keyspace
     original = ks.delete
     ks.delete = lambda key: (deleted.append(key), original(key))[1]  # type: ignore[method-assign]
-    store.advance_stream_time(1000)
-    assert len(deleted) == 2 * chunk  # a session and its index entry each
-    assert list(store.all()) == []
-    store.put(b"z", 999, 999, b"v")
-    store.put(b"z", 999, 1000, b"v")
-    store.put(b"z", 1000, 1000, b"v")
+    store.advance_stream_time(18)  # live: ends above 8
     ks.delete = original  # type: ignore[method-assign]
-    # every expired session freed, with its index entry
-    assert {k[:2] for k, _ in ks.scan(b"\x01", b"\x02")} == {b"\x01z"}
-    assert len(list(ks.scan(b"\x02", b"\x03"))) == 3
+    assert len(deleted) == len(set(deleted)) == 2 * expired
+    assert not any(b"live" in key for key in deleted)
+    assert [k[:5] for k, _ in ks.scan(b"\x01", b"\x03")] == [b"\x01live", b"\x02" + (9).to_bytes(8, "big")[:4]]
+    assert [w for w, _ in store.all()] == [SessionWindow(b"live", 9, 9)]
     store.close()
 
 

@@ -7,9 +7,12 @@ data). `find_sessions` is one range scan from ``key | earliest end``; a key rang
 read forward by one seeker, one seek per key to its earliest wanted end, so sessions
 that end too early are skipped rather than read, and backward by one reverse scan per key.
 
-Expiry is bounded work: each write (and each stream time advance) deletes at most
-`EXPIRE_CHUNK` expired sessions, found by scanning the index below the live range, until
-none is left; reads filter by liveness, so what is not yet deleted is never returned.
+Expiry is bounded work: when the stream time advances, the index below the live range
+lists exactly the sessions that expired, which are deleted (with their index entries) in
+the same transaction as the new stream time, read `EXPIRE_CHUNK` at a time. Work is what
+is freed, never a scan of live sessions; and the durable state of every version holds
+live sessions only, as the state readers show them. Reads also check liveness, so an
+iterator opened before an advance never returns what expired since.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from spark_statestore.stores.session_layout import (
 )
 from spark_statestore.stores.window_api import CHUNK_RECORDS
 
-EXPIRE_CHUNK = 256  # the most expired sessions one write deletes
+EXPIRE_CHUNK = 256  # expired sessions read from the index at a time
 
 
 class RocksDBSessionStore(SessionStore):
@@ -55,7 +58,6 @@ class RocksDBSessionStore(SessionStore):
     def _load_stream_state(self) -> None:
         raw = self._ks.get(STREAM_TIME_KEY)
         self._stream_time = -1 if raw is None else int.from_bytes(raw, "big", signed=True)
-        self._expire_pending = True
 
     @property
     def keyspace(self) -> KeySpace:
@@ -66,26 +68,21 @@ class RocksDBSessionStore(SessionStore):
     def _advance(self, time: int) -> None:
         self._stream_time = time
         self._ks.put(STREAM_TIME_KEY, time.to_bytes(8, "big", signed=True))
-        self._expire_pending = True
         self._expire()
 
     def _expire(self) -> None:
-        """Delete up to `EXPIRE_CHUNK` expired sessions (and their index entries)."""
+        """Delete every expired session and its index entry (found through the index)."""
         ks = self._ks
-        limit = self._expired_up_to()
-        if limit < 0:
-            self._expire_pending = False
-            return
-        entries = list(islice(ks.scan(BY_END, index_bound(limit + 1)), EXPIRE_CHUNK))
-        for entry, _ in entries:
-            key, start, end = session_of_index(entry)
-            ks.delete(session_key(key, start, end))
-            ks.delete(entry)
-        self._expire_pending = len(entries) == EXPIRE_CHUNK
+        limit = index_bound(self._expired_up_to() + 1)
+        while True:
+            entries = list(islice(ks.scan(BY_END, limit), EXPIRE_CHUNK))
+            for entry, _ in entries:
+                ks.delete(session_key(*session_of_index(entry)))
+                ks.delete(entry)
+            if len(entries) < EXPIRE_CHUNK:
+                return
 
     def _put_live(self, key: bytes, start: int, end: int, value: bytes | None) -> None:
-        if self._expire_pending:
-            self._expire()
         stored = session_key(key, start, end)
         if value is None:
             self._ks.delete(stored)

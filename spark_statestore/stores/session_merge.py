@@ -60,3 +60,29 @@ def close_sessions(store: Any, watermark: int, gap: int) -> list[tuple[SessionWi
     for window, _ in closed:
         store.remove(*window)
     return closed
+
+
+class GapSessions:
+    """A session store with its gap: `merge`, `close` and `is_late` as above, and every
+    method of the store itself (what a Spark `Session` declaration hands a processor)."""
+
+    def __init__(self, store: Any, gap: int) -> None:
+        self.store = store
+        self.gap = check_gap(gap)
+
+    def merge(self, key: Any, time: int, value: Any, merge: Callable[[Any, Any], Any]) -> tuple[SessionWindow, Any]:
+        """`merge_record` with this store's gap."""
+        return merge_record(self.store, key, time, value, self.gap, merge)
+
+    def close(self, watermark: int) -> list[tuple[SessionWindow, Any]]:
+        """`close_sessions` with this store's gap."""
+        return close_sessions(self.store, watermark, self.gap)
+
+    def is_late(self, time: int, watermark: int) -> bool:
+        return is_late(time, self.gap, watermark)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def __repr__(self) -> str:
+        return f"<{self.store!r} gap={self.gap}>"
