@@ -46,7 +46,9 @@ class SessionCounts(StoreProcessor):
         self.stores = [Session("sessions", Serdes.string(), Serdes.int64(), gap=gap_ms)]
         super().__init__(checkpoint_location, spark=spark)
 
-    def process_rows(self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any) -> Iterator[pd.DataFrame]:
+    def process_rows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timer_values: Any
+    ) -> Iterator[pd.DataFrame]:
         user = key[0]
         sessions = self.store("sessions")
         watermark = timer_values.getCurrentWatermarkInMs()
@@ -108,8 +110,10 @@ def events(spark: Any, input_dir: str) -> Any:
 
 def session_store_query(spark: Any, workdir: str, processor: SessionCounts) -> Any:
     """Sessions counted with the session store."""
-    counts = events(spark, os.path.join(workdir, "input")).groupBy("user").transformWithStateInPandas(
-        processor, OUTPUT_SCHEMA, "Append", "EventTime"
+    counts = (
+        events(spark, os.path.join(workdir, "input"))
+        .groupBy("user")
+        .transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "EventTime")
     )
     return _sink(counts, workdir, "store")
 
@@ -157,7 +161,9 @@ def run(spark: Any, workdir: str, gap_ms: int) -> tuple[pd.DataFrame, pd.DataFra
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workdir", default=os.path.abspath("out/session_counts"))
     parser.add_argument("--files", type=int, default=8, help="input files to generate (one per micro-batch)")
     parser.add_argument("--events-per-file", type=int, default=60)

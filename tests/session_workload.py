@@ -17,8 +17,8 @@ import random
 from spark_statestore import Stores, TransactionalDatabase
 from spark_statestore.kinds import build_store
 from spark_statestore.stores.session_api import SessionSpec
-from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.stores.session_merge import close_sessions, merge_record
+from spark_statestore.stores.spec import StoreSpec
 
 RETENTION, GAP = 60, 5
 

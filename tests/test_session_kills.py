@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 import session_workload
 
 WORKLOAD = str(Path(__file__).with_name("session_workload.py"))
@@ -25,7 +24,10 @@ def _run(path, *args, fault: str | None = None) -> tuple[int, int]:
         env["SPARK_STATESTORE_FAULT"] = fault
     done = subprocess.run(
         [sys.executable, WORKLOAD, str(path), "--seed", str(SEED), *args],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     committed = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("committed")]
     return done.returncode, max(committed, default=0)

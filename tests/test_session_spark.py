@@ -38,12 +38,16 @@ def test_session_counts_equal_spark_sqls_session_window(classic_spark, tmp_path)
         env.pop(name, None)
     script = os.path.join(EXAMPLES, "session_counts.py")
     args = ["--workdir", workdir, "--files", "4", "--events-per-file", "40"]
-    done = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run(
+        [sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=900
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "same sessions: True" in done.stdout, done.stdout
     columns = ["user", "session_start", "session_end", "events"]
     store, sql = (
-        pd.read_parquet(os.path.join(workdir, f"output-{name}"))[columns].sort_values(columns).reset_index(drop=True)
+        pd.read_parquet(os.path.join(workdir, f"output-{name}"))[columns]
+        .sort_values(columns)
+        .reset_index(drop=True)
         for name in ("store", "sql")
     )
     assert len(sql) > 3 and store.equals(sql), (store, sql)
@@ -51,8 +55,11 @@ def test_session_counts_equal_spark_sqls_session_window(classic_spark, tmp_path)
     late = rows.sort_values("ts")  # some events come after later ones by more than the watermark delay
     assert store["events"].sum() < len(late)
     state = (
-        spark.read.format("spark_statestore").option("checkpointLocation", os.path.join(workdir, "checkpoint-store"))
-        .option("store", "sessions").load().toPandas()
+        spark.read.format("spark_statestore")
+        .option("checkpointLocation", os.path.join(workdir, "checkpoint-store"))
+        .option("store", "sessions")
+        .load()
+        .toPandas()
     )
     assert (state["session_start"] <= state["session_end"]).all()
 
@@ -97,16 +104,30 @@ def test_a_session_store_is_declared_like_key_value_and_window(spark, workdir, a
             fn, "key string", "calls long", "Update", GroupStateTimeout.NoTimeout
         )
     else:
-        fn = partition_function(_merge_partition, checkpoint, SESSIONS, partitions=2, emit_changes=False, spark=spark)
+        fn = partition_function(
+            _merge_partition, checkpoint, SESSIONS, partitions=2, emit_changes=False, spark=spark
+        )
         out = events.repartition(2, "key").mapInArrow(fn, "key string")
     query = (
-        out.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True).start()
+        out.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
     )
     query.awaitTermination()
-    reader = spark.read.format("spark_statestore").option("checkpointLocation", checkpoint).option("store", "sessions")
+    reader = (
+        spark.read.format("spark_statestore")
+        .option("checkpointLocation", checkpoint)
+        .option("store", "sessions")
+    )
     state = reader.load().toPandas()
     got = sorted(zip(state["key"], state["session_start"], state["session_end"], state["value"]))
-    assert got == [("a", 1_000, 4_500, 3), ("a", 20_000, 20_000, 1), ("b", 1_500, 1_500, 1), ("b", 9_000, 9_000, 1)]
+    assert got == [
+        ("a", 1_000, 4_500, 3),
+        ("a", 20_000, 20_000, 1),
+        ("b", 1_500, 1_500, 1),
+        ("b", 9_000, 9_000, 1),
+    ]
     changes = reader.option("readChangeFeed", "true").option("changeStartBatchId", 0).load().toPandas()
     assert set(changes["session_end"].dropna()) >= {4_500, 20_000}

@@ -244,7 +244,10 @@ def test_expiry_frees_exactly_the_expired_sessions(tmp_path):
     ks.delete = original  # type: ignore[method-assign]
     assert len(deleted) == len(set(deleted)) == 2 * expired
     assert not any(b"live" in key for key in deleted)
-    assert [k[:5] for k, _ in ks.scan(b"\x01", b"\x03")] == [b"\x01live", b"\x02" + (9).to_bytes(8, "big")[:4]]
+    assert [k[:5] for k, _ in ks.scan(b"\x01", b"\x03")] == [
+        b"\x01live",
+        b"\x02" + (9).to_bytes(8, "big")[:4],
+    ]
     assert [w for w, _ in store.all()] == [SessionWindow(b"live", 9, 9)]
     store.close()
 
@@ -271,4 +274,22 @@ def test_reads_go_on_while_the_sessions_they_found_are_replaced(tmp_path, kind):
     assert seen == want
     replaced = {(w.key, w.start - 1, w.end): v for w, v in want}
     assert {tuple(w): v for w, v in store.all()} == replaced
+    store.close()
+
+
+def test_read_only_views_see_committed_or_pending_sessions(tmp_path):
+    """A READ_COMMITTED view sees only committed sessions and stream time, also while
+    writes are pending; a READ_UNCOMMITTED view sees the pending ones; a spill changes neither."""
+    store = open_session_store("rocksdb", str(tmp_path / "db"), 100)
+    store.put(b"k", 1, 2, b"committed")
+    store.commit({"o": 1})
+    store.put(b"k", 50, 60, b"pending")
+    committed, uncommitted = store.read_only("READ_COMMITTED"), store.read_only("READ_UNCOMMITTED")
+    assert [v for _, v in committed.fetch(b"k")] == [b"committed"] and committed.observed_stream_time == 2
+    assert [v for _, v in uncommitted.fetch(b"k")] == [b"committed", b"pending"]
+    assert uncommitted.observed_stream_time == 60
+    with pytest.raises(AttributeError):
+        committed.put(b"k", 3, 3, b"no")  # a view has the read methods only
+    store.rollback()
+    assert [v for _, v in uncommitted.fetch(b"k")] == [b"committed"] and store.observed_stream_time == 2
     store.close()

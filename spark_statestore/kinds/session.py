@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from spark_statestore.cache.caching_session import CachingSessionStore
-from spark_statestore.serde import unescape
 from spark_statestore.stores.kinds import StoreKind
 from spark_statestore.stores.memory_session import InMemorySessionStore
 from spark_statestore.stores.persistent_session import RocksDBSessionStore
@@ -118,7 +117,9 @@ class SessionKind(StoreKind):
     def in_memory(self, spec: KindSpec) -> InMemorySessionStore:
         return InMemorySessionStore(spec.name, spec.params)
 
-    def on_keyspace(self, spec: KindSpec, keyspace: Any, database: Any, on_close: Any) -> TransactionalSessionStore:
+    def on_keyspace(
+        self, spec: KindSpec, keyspace: Any, database: Any, on_close: Any
+    ) -> TransactionalSessionStore:
         return TransactionalSessionStore(spec.name, keyspace, database, spec.params, on_close)
 
     def view_store(self, spec: KindSpec, keyspace: Any) -> FollowingSessionStore:

@@ -57,7 +57,9 @@ class Session(StoreDeclaration):
     def spec(self) -> StoreSpec:
         retention = self.gap_ms if self.retention is None else self.retention
         params = SessionSpec.of(self.name, retention, CLOCKS[self.clock])
-        spec = StoreSpec.of(SESSION, self.name, params, self.cached, self.key_serde.identity, self.value_serde.identity)
+        spec = StoreSpec.of(
+            SESSION, self.name, params, self.cached, self.key_serde.identity, self.value_serde.identity
+        )
         return _with_schemas(spec, self.value_serde)
 
     def typed(self, store: Any) -> GapSessions:

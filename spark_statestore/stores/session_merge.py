@@ -70,7 +70,9 @@ class GapSessions:
         self.store = store
         self.gap = check_gap(gap)
 
-    def merge(self, key: Any, time: int, value: Any, merge: Callable[[Any, Any], Any]) -> tuple[SessionWindow, Any]:
+    def merge(
+        self, key: Any, time: int, value: Any, merge: Callable[[Any, Any], Any]
+    ) -> tuple[SessionWindow, Any]:
         """`merge_record` with this store's gap."""
         return merge_record(self.store, key, time, value, self.gap, merge)
 
