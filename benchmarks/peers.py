@@ -46,6 +46,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import print_table
+from sessions import compare as compare_sessions
+from sessions import quix_has_session_windows, session_events
 
 from spark_statestore import Stores
 
@@ -441,6 +443,10 @@ def main() -> None:
         print(DIFFERENCES)
         if args.profile:
             profile(args, workdir)
+        ours, handwritten = compare_sessions(session_events(args.ops, 20_000, 2), 5_000, args.repeats, workdir)
+        print(f"\nsessions (gap 5 s, 20,000 keys): session store {ours:,.0f} events/s, hand-written merge over a "
+              f"key-value store {handwritten:,.0f} events/s: ratio {ours / handwritten:.2f}; Quix session windows: "
+              f"{'present, not compared at the store level' if quix_has_session_windows() else 'absent'}")
         geo = math.exp(sum(math.log(o / q) for _, o, q in rows) / len(rows))
         print(f"\nspark_statestore/quix ops per second, geometric mean over workloads = {geo:.2f}")
         print(f"headline: worst spark_statestore/quix ops per second over workloads = {min(o / q for _, o, q in rows):.2f}")

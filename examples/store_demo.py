@@ -4,7 +4,8 @@ Runs without Spark. It generates a stream of (key, event time) pairs with some l
 events, counts them per key and 10-second window in a RocksDB window store, emits each
 window's counts once the window can no longer change, and shows that state survives a
 reopen of the store. An in-memory TTL store keeps the sensors seen in the last second of
-event time (its entries expire on the stream time).
+event time (its entries expire on the stream time), and an in-memory session store each
+sensor's sessions of activity (events at most 500 ms apart), merged as events arrive.
 
     ./dev example [--events N] [--state-dir DIR]
 """
@@ -17,9 +18,11 @@ import tempfile
 from datetime import timedelta
 
 from spark_statestore import Serdes, Stores
+from spark_statestore.stores.session_merge import merge_record
 
 WINDOW_MS = 10_000
 GRACE_MS = 5_000
+SESSION_GAP_MS = 500
 
 
 def generate(events: int, seed: int = 42):
@@ -50,12 +53,15 @@ def main() -> None:
     raw, counts = open_store()
     active = Stores.in_memory_key_value_store("active", ttl=timedelta(seconds=1), ttl_clock="event_time")
     last_seen = active.typed(Serdes.string(), Serdes.int64())
+    # a session store: sessions of activity per sensor, kept for a minute of event time
+    sessions = Stores.in_memory_session_store("activity", timedelta(minutes=1)).typed(Serdes.string(), Serdes.int64())
     emitted_up_to = 0
     for i, (key, ts) in enumerate(generate(args.events)):
         start = ts - ts % WINDOW_MS
         counts.put(key, (counts.get(key, start) or 0) + 1, start)
         last_seen.advance_time(raw.observed_stream_time)  # TTL: entries older than 1 s expire
         last_seen.put(key, ts)
+        merge_record(sessions, key, ts, 1, SESSION_GAP_MS, lambda a, b: a + b)  # events per session
         if i % 100 == 99:
             raw.commit({"events": i + 1})  # writes become durable at commit (KIP-892)
         if i == args.events // 2:  # reopen half way: committed state is on disk
@@ -69,6 +75,8 @@ def main() -> None:
                 print(f"window [{windowed.window.start:>7}, {windowed.window.end:>7}) {windowed.key}: {count}")
             emitted_up_to = closed_before + 1
     raw.commit({"events": args.events})
+    longest = max(sessions.all(), key=lambda item: item[0].end - item[0].start)
+    print(f"activity sessions in the last minute: {len(list(sessions.all()))}; the longest: {longest}")
     print(f"sensors seen in the last second of event time (a TTL store): {dict(last_seen.all())}")
     print(f"late events dropped: {raw.metrics.dropped_records_total}; committed events: "
           f"{raw.committed_offset('events')}; state in {state_dir}")

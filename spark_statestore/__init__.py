@@ -1,6 +1,6 @@
 """spark_statestore: Kafka-Streams-grade state stores for PySpark Structured Streaming.
 
-Key-value and window stores (KIP-428), transactional RocksDB storage (KIP-892) and a
+Key-value, window (KIP-428) and session stores, transactional RocksDB storage (KIP-892) and a
 record cache (KIP-63) that live in the Python worker. See README.md and API.md.
 """
 
@@ -15,6 +15,7 @@ from spark_statestore.errors import (
 )
 from spark_statestore.factories import Stores
 from spark_statestore.serde import Serdes
+from spark_statestore.stores.session_api import SessionStore, SessionWindow
 from spark_statestore.stores import (
     KeyValueStore,
     StoreIterator,
@@ -34,6 +35,8 @@ __all__ = [
     "KeyValueStore",
     "MissingStateError",
     "Serdes",
+    "SessionStore",
+    "SessionWindow",
     "StateStoreError",
     "StoreClosedError",
     "StoreIterator",

@@ -16,7 +16,9 @@ from spark_statestore.cache.caching import OnFlush
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.cache.wrapping import cached
 from spark_statestore.kinds.build import build_store, wrap_layers
+from spark_statestore.kinds.session import SESSION
 from spark_statestore.stores.api import KeyValueStore, StateStore
+from spark_statestore.stores.session_api import SessionSpec, SessionStore
 from spark_statestore.stores.spec import KEY_VALUE, WINDOW, Clock, StoreSpec, WindowSpec
 from spark_statestore.stores.ttl import TtlKeyValueStore
 from spark_statestore.stores.ttl_spec import TtlSpec
@@ -97,6 +99,32 @@ class Stores:
         """A transactional RocksDB window store in its own database directory `path`
         (`clock`: see `WindowSpec`)."""
         spec = StoreSpec.window(name, retention_period, window_size, retain_duplicates, segment_interval, clock=clock)
+        db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
+        try:
+            return build_store(spec, db, on_close=db.close)
+        except BaseException:
+            db.close()
+            raise
+
+    @staticmethod
+    def in_memory_session_store(
+        name: str, retention_period: Any, *, clock: Clock | str = Clock.RECORDS
+    ) -> SessionStore:
+        """An in-memory session store (Kafka Streams' `SessionStore`; `clock`: see `WindowSpec`)."""
+        return build_store(StoreSpec(name, SESSION, SessionSpec.of(name, retention_period, clock)))
+
+    @staticmethod
+    def persistent_session_store(
+        name: str,
+        path: str | os.PathLike[str],
+        retention_period: Any,
+        *,
+        wal: bool = True,
+        uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
+        clock: Clock | str = Clock.RECORDS,
+    ) -> SessionStore:
+        """A transactional RocksDB session store in its own database directory `path`."""
+        spec = StoreSpec.of(SESSION, name, SessionSpec.of(name, retention_period, clock))
         db = Stores.persistent_database(path, wal=wal, uncommitted_max_bytes=uncommitted_max_bytes)
         try:
             return build_store(spec, db, on_close=db.close)

@@ -13,12 +13,14 @@ from spark_statestore.spark.group_state import with_stores
 from spark_statestore.spark.partitions import changes_schema, partition_function
 from spark_statestore.spark.driver.metrics import StateStoreMetrics
 from spark_statestore.spark.processor import StoreProcessor
+from spark_statestore.spark.session import Session
 from spark_statestore.spark.reader import register_reader
 from spark_statestore.spark.driver.settings import StateStoreSettings
 from spark_statestore.spark.worker.task_state import TaskState
 
 __all__ = [
     "KeyValue",
+    "Session",
     "StateStoreMetrics",
     "StateStoreSettings",
     "StoreProcessor",

@@ -14,11 +14,13 @@ import random
 
 import pyarrow as pa
 import pytest
+from test_session_store import Model as SessionModel
 from test_store_models import WindowModel
 
 from spark_statestore import Serdes, ThreadCache, TransactionalDatabase
 from spark_statestore.kinds import KINDS, build_store
 from spark_statestore.stores.rocksdb_scan import scan_chunks
+from spark_statestore.stores.session_api import SessionSpec
 from spark_statestore.stores.spec import StoreSpec
 
 VARIANTS = ("memory", "rocksdb", "cached", "typed")
@@ -207,7 +209,59 @@ class WindowContract:
         )
 
 
-CONTRACTS = {"key_value": KeyValueContract(), "window": WindowContract()}
+class SessionContract:
+    """A session store is `test_session_store.Model` (retention on the records' clock)."""
+
+    specs = (StoreSpec.of("session", "s", SessionSpec.of("s", 25)),)
+
+    def model(self, spec: StoreSpec) -> SessionModel:
+        return SessionModel(spec.params.retention_period)
+
+    def snapshot(self, model: SessionModel) -> tuple:
+        return dict(model.sessions), model.stream_time
+
+    def restore(self, model: SessionModel, snapshot: tuple) -> SessionModel:
+        model.sessions, model.stream_time = dict(snapshot[0]), snapshot[1]
+        return model
+
+    def rows(self, model: SessionModel) -> list[tuple]:
+        return [(w.key, v, w.start, w.end) for w, v in model.find(None, None, 0, 2**63)]
+
+    def step(self, h: Harness, model: SessionModel, rng: random.Random) -> None:
+        store, key = h.store, rng.choice(KEYS)
+        start = max(0, model.stream_time + rng.randint(-30, 6))
+        end = start + rng.randint(0, 6)
+        op = rng.randrange(5)
+        reverse = rng.random() < 0.5
+        if op <= 1:
+            value = rng.choice([None, "x", "yy"])
+            store.put(h.key(key), start, end, h.key(value))
+            model.put(key, start, end, value)
+        elif op == 4:
+            session = rng.choice(sorted(model.sessions) or [(key, start, end)])
+            assert h.out(store.fetch_session(h.key(session[0]), *session[1:])) == model.sessions.get(session)
+        elif op == 2:
+            expected = model.find(key, key, start, end, reverse, single=True)
+            got = (store.backward_find_sessions if reverse else store.find_sessions)(h.key(key), start, end)
+            assert [(h.out(w.key), w.start, w.end, h.out(v)) for w, v in got] == [
+                (w.key, w.start, w.end, v) for w, v in expected
+            ]
+        else:
+            lo, hi = rng.choice([None, *KEYS]), rng.choice([None, *KEYS])
+            expected = model.find(lo, hi, start, end, reverse)
+            read = store.backward_find_sessions_range if reverse else store.find_sessions_range
+            got = read(h.key(lo), h.key(hi), start, end)
+            assert [(h.out(w.key), w.start, w.end, h.out(v)) for w, v in got] == [
+                (w.key, w.start, w.end, v) for w, v in expected
+            ]
+
+    def check(self, h: Harness, model: SessionModel) -> None:
+        assert h.store.observed_stream_time == model.stream_time
+        got = [(h.out(w.key), h.out(v), w.start, w.end) for w, v in h.store.all()]
+        assert got == self.rows(model)
+
+
+CONTRACTS = {"key_value": KeyValueContract(), "window": WindowContract(), "session": SessionContract()}
 
 
 def test_every_registered_kind_has_a_contract():
