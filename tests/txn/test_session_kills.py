@@ -9,12 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import session_workload
+from paths import SUPPORT
 
-WORKLOAD = str(Path(__file__).with_name("session_workload.py"))
+WORKLOAD = str(SUPPORT / "session_workload.py")
 SEED = 5
 
 

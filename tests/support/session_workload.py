@@ -6,7 +6,7 @@ merged into their sessions (`merge_record`), some removals, and sessions the clo
 taken out; it prints `committed N` after each commit. `expected(seed, n)` rebuilds the
 state after n commits with the in-memory store.
 
-    python tests/session_workload.py PATH --seed S [--limit BYTES] [--max N]
+    python tests/support/session_workload.py PATH --seed S [--limit BYTES] [--max N]
 """
 
 from __future__ import annotations

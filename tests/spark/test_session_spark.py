@@ -10,13 +10,14 @@ import subprocess
 import sys
 
 import pandas as pd
+import paths
 import pytest
 
 from spark_statestore import Serdes
 from spark_statestore.spark import Session, partition_function, register_reader, with_stores
 
 pytestmark = pytest.mark.spark
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+EXAMPLES = str(paths.EXAMPLES)
 GAP = 3_000
 
 
