@@ -22,6 +22,14 @@ from urllib.parse import parse_qs, urlsplit
 _HOP = {"connection", "keep-alive", "transfer-encoding", "expect", "proxy-connection", "te", "upgrade"}
 
 
+def request_area(target: str) -> str:
+    """Which part of a checkpoint a request is about: "statestore" (this library's state),
+    "state" (Spark's state store provider's), else "other" (Spark's logs, ...)."""
+    parts = urlsplit(target)
+    segments = parts.path.split("/") + parse_qs(parts.query).get("prefix", [""])[0].split("/")
+    return next((s for s in ("statestore", "state") if s in segments), "other")
+
+
 def request_kind(method: str, target: str) -> str:
     """PUT, GET, LIST, HEAD, DELETE or POST (multipart uploads, bulk deletes) of a request."""
     parts = urlsplit(target)
@@ -101,16 +109,23 @@ class S3Proxy:
             self.counts.clear()
             self.bytes.clear()
 
-    def snapshot(self) -> dict[str, int]:
-        """Requests by kind and bytes up and down so far."""
+    def snapshot(self, area: str | None = None) -> dict[str, int]:
+        """Requests by kind and bytes up and down so far (`area`: only the requests whose
+        key has the segment `area`, such as "statestore" or Spark's "state")."""
         with self._lock:
-            return {**self.counts, "bytes_up": self.bytes["up"], "bytes_down": self.bytes["down"]}
+            counts = {k: n for (k, a), n in self.counts.items() if area is None or a == area}
+            total: collections.Counter = collections.Counter()
+            for kind, n in counts.items():
+                total[kind] += n
+            up = sum(n for (d, a), n in self.bytes.items() if d == "up" and (area is None or a == area))
+            down = sum(n for (d, a), n in self.bytes.items() if d == "down" and (area is None or a == area))
+            return {**total, "bytes_up": up, "bytes_down": down}
 
-    def _count(self, kind: str, up: int, down: int) -> None:
+    def _count(self, kind: str, area: str, up: int, down: int) -> None:
         with self._lock:
-            self.counts[kind] += 1
-            self.bytes["up"] += up
-            self.bytes["down"] += down
+            self.counts[kind, area] += 1
+            self.bytes["up", area] += up
+            self.bytes["down", area] += down
 
     def _fault(self, kind: str) -> tuple[int | None, bool]:
         """(an error status to answer, or None; whether to cut the response) for a request."""
@@ -165,7 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _relay(self) -> None:
         owner = self.owner
-        kind = request_kind(self.command, self.path)
+        kind, area = request_kind(self.command, self.path), request_area(self.path)
         body = self._body()
         if owner.faults.latency:
             time.sleep(owner.faults.latency)
@@ -180,7 +195,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
-            owner._count(kind, len(body), 0)
+            owner._count(kind, area, len(body), 0)
             return
         host, port = owner.upstream.rsplit(":", 1)
         upstream = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -206,7 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return
                 self.wfile.write(data)
-            owner._count(kind, len(body), len(data) if self.command != "HEAD" else 0)
+            owner._count(kind, area, len(body), len(data) if self.command != "HEAD" else 0)
         finally:
             upstream.close()
 
