@@ -61,6 +61,7 @@ class S3Proxy:
         self.counts: collections.Counter = collections.Counter()
         self.bytes: collections.Counter = collections.Counter()  # "up" (request bodies), "down"
         self.injected: collections.Counter = collections.Counter()
+        self.log: list[tuple[str, str]] = []  # (kind, path) of each request since reset_counts
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._connections: set[socket.socket] = set()
@@ -108,6 +109,7 @@ class S3Proxy:
         with self._lock:
             self.counts.clear()
             self.bytes.clear()
+            self.log.clear()
 
     def snapshot(self, area: str | None = None) -> dict[str, int]:
         """Requests by kind and bytes up and down so far (`area`: only the requests whose
@@ -121,8 +123,9 @@ class S3Proxy:
             down = sum(n for (d, a), n in self.bytes.items() if d == "down" and (area is None or a == area))
             return {**total, "bytes_up": up, "bytes_down": down}
 
-    def _count(self, kind: str, area: str, up: int, down: int) -> None:
+    def _count(self, kind: str, area: str, path: str, up: int, down: int) -> None:
         with self._lock:
+            self.log.append((kind, path))
             self.counts[kind, area] += 1
             self.bytes["up", area] += up
             self.bytes["down", area] += down
@@ -195,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
-            owner._count(kind, area, len(body), 0)
+            owner._count(kind, area, urlsplit(self.path).path, len(body), 0)
             return
         host, port = owner.upstream.rsplit(":", 1)
         upstream = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -221,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return
                 self.wfile.write(data)
-            owner._count(kind, area, len(body), len(data) if self.command != "HEAD" else 0)
+            owner._count(kind, area, urlsplit(self.path).path, len(body), len(data) if self.command != "HEAD" else 0)
         finally:
             upstream.close()
 

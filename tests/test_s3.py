@@ -215,3 +215,19 @@ def test_a_response_cut_mid_body_is_read_again_not_taken_for_the_file(s3a_locati
         assert _read_all(s3a_location, str(tmp_path / "new"), 3) == {b"k0": b"0", b"k1": b"1", b"k2": b"2"}
     assert proxy.faults.cut == 0 and proxy.injected["cut"] >= 2
     assert sum("failed (attempt" in r.getMessage() for r in caplog.records) >= 2
+
+
+def test_a_batch_on_an_object_store_asks_nothing_after_its_put(s3a_location, proxy, tmp_path):
+    """The changelog's PUT either stored every byte or failed: a HEAD after it to learn the
+    size would be one request per batch and partition for nothing."""
+    for batch in range(2):
+        _batch(s3a_location, str(tmp_path / "local"), batch)
+    proxy.reset_counts()
+    state = _batch(s3a_location, str(tmp_path / "local"), 2, key=b"x" * 100)
+    requests = proxy.snapshot()
+    assert requests["PUT"] == 1 and requests.get("POST", 0) == 0, requests  # one PUT, no multipart upload
+    assert state.metrics.changelog_bytes == pafs.S3FileSystem(endpoint_override=proxy.endpoint, scheme="http").get_file_info(
+        s3a_location.removeprefix("s3a://") + "/statestore/0/2.changelog").size
+    changelog = f"/{s3a_location.removeprefix('s3a://')}/statestore/0/2.changelog"
+    put = proxy.log.index(("PUT", changelog))
+    assert [r for r in proxy.log[put + 1:] if r[1] == changelog] == [], proxy.log

@@ -151,7 +151,9 @@ class DurableDir:
             def put() -> pafs.FileInfo:
                 with self.fs.open_output_stream(final) as out:
                     write(out)
-                return self.fs.get_file_info(final)
+                    size = out.tell()
+                # what was put is known: asking the store (a HEAD request) would only repeat it
+                return pafs.FileInfo(final, pafs.FileType.File, size=size)
 
             return self._retrying("writing", name, put)
         directory, base = final.rsplit("/", 1)
