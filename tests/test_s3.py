@@ -224,10 +224,10 @@ def test_a_batch_on_an_object_store_asks_nothing_after_its_put(s3a_location, pro
         _batch(s3a_location, str(tmp_path / "local"), batch)
     proxy.reset_counts()
     state = _batch(s3a_location, str(tmp_path / "local"), 2, key=b"x" * 100)
-    requests = proxy.snapshot()
+    requests, log = proxy.snapshot(), list(proxy.log)
     assert requests["PUT"] == 1 and requests.get("POST", 0) == 0, requests  # one PUT, no multipart upload
-    assert state.metrics.changelog_bytes == pafs.S3FileSystem(endpoint_override=proxy.endpoint, scheme="http").get_file_info(
-        s3a_location.removeprefix("s3a://") + "/statestore/0/2.changelog").size
     changelog = f"/{s3a_location.removeprefix('s3a://')}/statestore/0/2.changelog"
-    put = proxy.log.index(("PUT", changelog))
-    assert [r for r in proxy.log[put + 1:] if r[1] == changelog] == [], proxy.log
+    put = log.index(("PUT", changelog))
+    assert [r for r in log[put + 1:] if r[1] == changelog] == [], log
+    assert state.metrics.changelog_bytes == pafs.S3FileSystem(endpoint_override=proxy.endpoint, scheme="http").get_file_info(
+        changelog.lstrip("/")).size
