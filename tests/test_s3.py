@@ -151,6 +151,7 @@ def test_s3a_locations_are_reached_as_the_sessions_s3a_keys_say(through_proxy, p
     ("spark.hadoop.fs.s3a.connection.ssl.enabled", "yes", "fs.s3a.connection.ssl.enabled"),
     ("fs.s3a.attempts.maximum", "0", "fs.s3a.attempts.maximum"),
     ("spark.hadoop.fs.s3a.attempts.maximum", "many", "fs.s3a.attempts.maximum"),
+    ("fs.s3a.attempts.maximum", "\u0663", "fs.s3a.attempts.maximum"),  # ARABIC-INDIC DIGIT THREE
     ("spark.hadoop.fs.s3a.endpoint", "ftp://host:1", "fs.s3a.endpoint"),
 ])
 def test_bad_s3a_keys_are_named_with_their_value(key, value, named):
@@ -231,3 +232,10 @@ def test_a_batch_on_an_object_store_asks_nothing_after_its_put(s3a_location, pro
     assert [r for r in log[put + 1:] if r[1] == changelog] == [], log
     assert state.metrics.changelog_bytes == pafs.S3FileSystem(endpoint_override=proxy.endpoint, scheme="http").get_file_info(
         changelog.lstrip("/")).size
+
+
+def test_an_s3a_location_without_a_bucket_is_named_as_given():
+    from spark_statestore.checkpoint.filesystem import resolve_location
+
+    with pytest.raises(ValueError, match=r"checkpoint location 's3a:///query' names no bucket"):
+        resolve_location("s3a:///query")

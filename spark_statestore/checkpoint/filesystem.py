@@ -55,12 +55,13 @@ def resolve_location(location: str, filesystem: pafs.FileSystem | None = None) -
     if scheme in ("", "file"):
         path = urlparse(location).path if scheme else location
         return pafs.LocalFileSystem(), os.path.abspath(path)
+    given = location
     if scheme in ("s3a", "s3n"):
         location = "s3" + location[len(scheme) :]
     parsed = urlparse(location)
     if parsed.scheme == "s3" and not parsed.query:
         if not parsed.netloc:
-            raise ValueError(f"checkpoint location {location!r} names no bucket")
+            raise ValueError(f"checkpoint location {given!r} names no bucket")
         return object_store.filesystem(), f"{parsed.netloc}{parsed.path}".rstrip("/")
     try:
         fs, path = pafs.FileSystem.from_uri(location)

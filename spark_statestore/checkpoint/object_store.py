@@ -70,10 +70,8 @@ class S3Settings:
         attempts_text = get(HADOOP + "attempts.maximum")
         attempts = DEFAULT_ATTEMPTS
         if attempts_text is not None:
-            try:
-                attempts = int(attempts_text.strip())
-            except ValueError:
-                attempts = 0
+            text = attempts_text.strip()  # ASCII digits only (int() takes other scripts' too)
+            attempts = int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else 0
             if attempts < 1:
                 raise ValueError(f"{RUNTIME}attempts.maximum must be a whole number of at least 1, got {attempts_text!r}")
         return cls(
