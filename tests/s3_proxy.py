@@ -49,7 +49,8 @@ class Faults:
     latency: float = 0.0  # seconds added before each request is forwarded
     errors: collections.deque = field(default_factory=collections.deque)  # statuses to answer next
     cut: int = 0  # the next `cut` GET responses with a body are cut half way
-    kinds: frozenset = frozenset()  # errors/cuts only for these kinds ("": every kind)
+    kinds: frozenset = frozenset()  # errors/cuts only for these kinds (empty: every kind)
+    area: str | None = None  # errors/cuts only for requests of this area (`request_area`)
 
 
 class S3Proxy:
@@ -130,10 +131,10 @@ class S3Proxy:
             self.bytes["up", area] += up
             self.bytes["down", area] += down
 
-    def _fault(self, kind: str) -> tuple[int | None, bool]:
+    def _fault(self, kind: str, area: str) -> tuple[int | None, bool]:
         """(an error status to answer, or None; whether to cut the response) for a request."""
         with self._lock:
-            applies = not self.faults.kinds or kind in self.faults.kinds
+            applies = (not self.faults.kinds or kind in self.faults.kinds) and self.faults.area in (None, area)
             if applies and self.faults.errors:
                 status = self.faults.errors.popleft()
                 self.injected[status] += 1
@@ -187,7 +188,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         if owner.faults.latency:
             time.sleep(owner.faults.latency)
-        status, cut = owner._fault(kind)
+        status, cut = owner._fault(kind, area)
         if status is not None:
             code, message = _ERRORS.get(status, ("InternalError", "injected"))
             payload = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()

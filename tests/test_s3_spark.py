@@ -158,3 +158,28 @@ def test_an_adapter_on_s3a_is_exactly_once_after_a_restart_on_a_new_executor(cla
     _, query = run(spark, job, checkpoint=s3a)
     check(job, checkpoint=local_copy(proxy, s3a, tmp_path / "copy"))
     assert restored(s3a, query) > 0
+
+
+def test_a_query_on_s3a_rides_out_throttling_errors_and_cut_responses(classic_spark, s3a, proxy, tmp_path):
+    """503 SlowDown, 500 and responses cut mid-body between the tasks and the store (the
+    requests for the state), through a restore from the bucket: each retried, and the output
+    is still exactly once."""
+    spark, job = classic_spark, str(tmp_path / "job")
+    inputs = os.path.join(job, "input")
+    windowed_counts.generate(inputs, 2, 80, keys=6)
+    partitions.run_partition_totals(spark, job, checkpoint=s3a)
+    second_executor(spark, tmp_path)  # the next run restores from the bucket, through the faults
+    windowed_counts.generate(inputs, 2, 80, keys=6, start=2)
+    before = dict(proxy.injected)
+    proxy.faults.area = "statestore"  # this library's requests (Spark's S3A has retries of its own)
+    proxy.faults.errors.extend([503, 500, 503, 500])
+    proxy.faults.cut = 3
+    try:
+        partitions.run_partition_totals(spark, job, checkpoint=s3a)
+    finally:
+        proxy.faults.errors.clear()
+        proxy.faults.cut = 0
+        proxy.faults.area = None
+    injected = {k: n - before.get(k, 0) for k, n in proxy.injected.items()}
+    assert injected.get(503) == 2 and injected.get(500) == 2 and injected.get("cut") == 3, injected
+    partitions.check_change_stream(job, checkpoint=local_copy(proxy, s3a, tmp_path / "copy"))
