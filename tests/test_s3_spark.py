@@ -7,6 +7,11 @@ query restarts on a second "executor" (another local directory): the output equa
 batch reference, and the state was restored from the bucket. The classic session only
 (the subject is the worker's side, which Spark Connect shares), on the newest pyspark
 minor only (not `versioned`): one S3 server, proxy and session for the whole module.
+
+The server is moto's, as in the store-level S3 tests: it is already a test dependency, starts
+in the test process in under a second and serves every request S3A and pyarrow make here; its
+one quirk with the AWS SDK v2 (an interim `100 Continue` taken for the answer) the proxy
+removes, and the proxy is needed anyway to count requests and inject faults.
 """
 
 from __future__ import annotations
