@@ -150,7 +150,9 @@ def tick_events(rng: random.Random, tick: int, count: int, keys: int) -> list[tu
     return rows
 
 
-def build_query(spark: Any, workdir: str, processor: WindowedCounts, trigger: dict) -> Any:
+def build_query(spark: Any, workdir: str, processor: WindowedCounts, trigger: dict, checkpoint: str | None = None) -> Any:
+    """The query: input files under `workdir`, output there too, the checkpoint there or at
+    `checkpoint` (an `s3a://` location, say)."""
     from pyspark.sql import functions as F
 
     events = (
@@ -166,7 +168,7 @@ def build_query(spark: Any, workdir: str, processor: WindowedCounts, trigger: di
     return (
         counts.writeStream.format("parquet")
         .option("path", os.path.join(workdir, "output"))
-        .option("checkpointLocation", os.path.join(workdir, "checkpoint"))
+        .option("checkpointLocation", checkpoint or os.path.join(workdir, "checkpoint"))
         .trigger(**trigger)
         .queryName("windowed_counts")
         .start()

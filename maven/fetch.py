@@ -8,6 +8,11 @@ Bundles:
   (`org.apache.spark:spark-sql-kafka-0-10_2.13`) with the runtime dependencies that pyspark's
   own `jars/` lacks, as a user's `--packages` would add them (jars pyspark already ships,
   such as zstd or slf4j, are left out so the classpath holds one copy of each).
+- `hadoop-aws-<hadoop version>`: Hadoop's S3A filesystem (`org.apache.hadoop:hadoop-aws`, of
+  the Hadoop client pyspark ships), for `s3a://` checkpoint locations. hadoop-aws depends on
+  the AWS SDK's `bundle` (all of the SDK, 655 MB); the bundle is left out and the SDK modules
+  S3A uses (s3, s3-transfer-manager, sts and what they need) fetched instead: 19 MB (less the
+  jars pyspark ships), enough for S3A's reads, writes, listings, renames and deletes.
 
 Maven Central as served here (checked on 2026-11-28) has no whole connector for most patch
 releases: the jars of 4.0.5, 4.1.4, 4.2.1 and 4.3.0 are missing (4.3 has none at all), those
@@ -17,6 +22,7 @@ jar and dependencies resolve (a patch of the same minor as the installed pyspark
 
     python maven/fetch.py kafka-broker spark-kafka-4.2     # fetch (no-op when present)
     python maven/fetch.py --path spark-kafka-4.2            # print the bundle's folder
+    python maven/fetch.py hadoop-aws                        # S3A for the installed pyspark's Hadoop
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ JARS = HERE / "jars"
 KAFKA_VERSION = "4.1.1"
 # pyspark minor -> the spark-sql-kafka-0-10_2.13 version fetched for it (None: not served)
 CONNECTORS: dict[str, str | None] = {"4.0": "4.0.0", "4.1": "4.1.1", "4.2": "4.2.0", "4.3": None}
+# Hadoop version (of pyspark's hadoop-client-api jar) -> the AWS SDK v2 version its hadoop-aws
+# is built against (hadoop-project's aws-java-sdk-v2.version)
+AWS_SDKS: dict[str, str] = {"3.5.0": "2.35.4"}
+# the SDK modules S3A uses, fetched in place of the SDK's whole `bundle`
+AWS_SDK_MODULES = ("s3", "s3-transfer-manager", "sts")
 _DONE = ".complete"
 
 
@@ -53,7 +64,17 @@ def artifacts(bundle: str) -> list[str]:
         if version is None:
             raise NotServed(f"Maven Central as served here has no spark-sql-kafka-0-10_2.13 for pyspark {minor}")
         return [f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"]
-    raise ValueError(f"unknown bundle {bundle!r} (kafka-broker, spark-kafka-<minor>)")
+    if bundle.startswith("hadoop-aws-"):
+        hadoop = bundle.removeprefix("hadoop-aws-")
+        if hadoop not in AWS_SDKS:
+            raise NotServed(f"hadoop-aws {hadoop}: its AWS SDK modules are not known here (known: {sorted(AWS_SDKS)})")
+        sdk = AWS_SDKS[hadoop]
+        return [f"org.apache.hadoop:hadoop-aws:{hadoop}"] + [f"software.amazon.awssdk:{m}:{sdk}" for m in AWS_SDK_MODULES]
+    raise ValueError(f"unknown bundle {bundle!r} (kafka-broker, spark-kafka-<minor>, hadoop-aws-<hadoop version>)")
+
+
+# artifacts left out of a bundle's dependencies (group:artifact): the AWS SDK's whole bundle
+_EXCLUDED = {"org.apache.hadoop:hadoop-aws": "software.amazon.awssdk:bundle"}
 
 
 def bundle_dir(bundle: str) -> Path:
@@ -69,8 +90,15 @@ def fetched(bundle: str) -> list[Path] | None:
 
 
 def _pom(coordinates: list[str]) -> str:
+    def exclusions(group: str, artifact: str) -> str:
+        excluded = _EXCLUDED.get(f"{group}:{artifact}")
+        if excluded is None:
+            return ""
+        g, a = excluded.split(":")
+        return f"<exclusions><exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion></exclusions>"
+
     deps = "".join(
-        f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+        f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>{exclusions(g, a)}</dependency>"
         for g, a, v in (c.split(":") for c in coordinates)
     )
     return (
@@ -116,7 +144,7 @@ def fetch(bundle: str, quiet: bool = True) -> list[Path]:
             raise RuntimeError(f"mvn could not fetch {bundle} ({', '.join(coordinates)}):\n"
                                + (result.stdout + result.stderr)[-3000:])
         jars = sorted((staging / "jars").glob("*.jar"))
-        if bundle.startswith("spark-kafka-"):
+        if bundle.startswith(("spark-kafka-", "hadoop-aws-")):
             ships = _pyspark_artifacts()
             jars = [jar for jar in jars if _artifact_name(jar) not in ships]
         shutil.rmtree(folder, ignore_errors=True)
@@ -134,6 +162,21 @@ def connector_bundle(minor: str) -> str | None:
     return f"spark-kafka-{minor}" if CONNECTORS.get(minor) else None
 
 
+def pyspark_hadoop() -> str:
+    """The version of the Hadoop client pyspark ships (its hadoop-client-api jar)."""
+    import pyspark
+
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    if not jars:
+        raise RuntimeError(f"pyspark {pyspark.__version__} ships no hadoop-client-api jar")
+    return jars[0].stem.removeprefix("hadoop-client-api-")
+
+
+def hadoop_aws_bundle() -> str:
+    """The S3A bundle for the installed pyspark's Hadoop client."""
+    return f"hadoop-aws-{pyspark_hadoop()}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bundles", nargs="+")
@@ -141,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     JARS.mkdir(parents=True, exist_ok=True)
     for bundle in args.bundles:
+        if bundle == "hadoop-aws":  # the one for the installed pyspark
+            bundle = hadoop_aws_bundle()
         if args.path:
             print(bundle_dir(bundle))
             continue

@@ -29,3 +29,9 @@ class MissingStateError(StateStoreError):
 
 class AttemptSupersededError(StateStoreError):
     """A late attempt of a batch tried to publish after Spark committed the batch."""
+
+
+class StoreUnreachableError(StateStoreError):
+    """The checkpoint location did not answer a request after every attempt (network
+    down, the store stopped, throttled or failing); the message names the file, the
+    attempts and the last error. Nothing committed is lost: the task may be retried."""

@@ -45,6 +45,23 @@ def kafka_connector() -> tuple[str | None, str]:
 KAFKA_JARS, NO_KAFKA_REASON = kafka_connector()
 
 
+def s3a_jars() -> tuple[str | None, str]:
+    """Hadoop's S3A (hadoop-aws of pyspark's Hadoop client, with the AWS SDK modules it
+    uses), as `spark.jars` gives it (fetched with Maven once), and why not: (jars or None, reason)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "maven"))
+    try:
+        import fetch
+
+        return ",".join(str(jar) for jar in fetch.fetch(fetch.hadoop_aws_bundle())), ""
+    except Exception as error:  # a Spark session without it still serves every other test
+        return None, f"fetching hadoop-aws failed: {error}"
+    finally:
+        sys.path.pop(0)
+
+
+S3A_JARS, NO_S3A_REASON = s3a_jars()
+
+
 @pytest.fixture(params=["memory", "rocksdb"])
 def kv_factory(request, tmp_path):
     """Build key-value stores of one implementation; every store is closed afterwards."""
@@ -120,7 +137,8 @@ def _classic_session(warehouse: str):
             "spark.sql.streaming.stateStore.providerClass",
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         )
-        .config("spark.jars", KAFKA_JARS or "")  # Spark's Kafka connector, as a user's --jars
+        # Spark's Kafka connector and Hadoop's S3A, as a user's --jars
+        .config("spark.jars", ",".join(j for j in (KAFKA_JARS, S3A_JARS) if j))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -247,6 +265,17 @@ def s3_endpoint():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def s3_proxy(s3_endpoint):
+    """A proxy in front of the run's S3 server that counts requests and injects faults
+    (tests/support/s3_proxy.py); a test that stops it or queues faults leaves it as it found it."""
+    from s3_proxy import S3Proxy
+
+    proxy = S3Proxy(s3_endpoint).start()
+    yield proxy
+    proxy.stop()
 
 
 @pytest.fixture

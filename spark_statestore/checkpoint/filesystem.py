@@ -17,21 +17,28 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import shutil
 import stat
 import time
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
-from spark_statestore.errors import CorruptStateError
+from spark_statestore.checkpoint import object_store
+from spark_statestore.errors import CorruptStateError, StoreUnreachableError
 
+log = logging.getLogger(__name__)
 _RENAMING = {"local", "hdfs"}
 TEMP_PREFIX = ".tmp-"
+# an object store request that failed is tried again after 0.2 s, 0.4 s, ... (at most 5 s)
+_FIRST_BACKOFF = 0.2
+_MAX_BACKOFF = 5.0
 _COPY_BYTES = 1 << 20
+T = TypeVar("T")
 
 
 def resolve_location(location: str, filesystem: pafs.FileSystem | None = None) -> tuple[pafs.FileSystem, str]:
@@ -48,8 +55,14 @@ def resolve_location(location: str, filesystem: pafs.FileSystem | None = None) -
     if scheme in ("", "file"):
         path = urlparse(location).path if scheme else location
         return pafs.LocalFileSystem(), os.path.abspath(path)
+    given = location
     if scheme in ("s3a", "s3n"):
         location = "s3" + location[len(scheme) :]
+    parsed = urlparse(location)
+    if parsed.scheme == "s3" and not parsed.query:
+        if not parsed.netloc:
+            raise ValueError(f"checkpoint location {given!r} names no bucket")
+        return object_store.filesystem(), f"{parsed.netloc}{parsed.path}".rstrip("/")
     try:
         fs, path = pafs.FileSystem.from_uri(location)
     except Exception as e:  # pyarrow raises ArrowInvalid / ArrowNotImplementedError / OSError
@@ -89,6 +102,7 @@ class DurableDir:
         self._renames = fs.type_name in _RENAMING
         self._local = fs.type_name == "local"
         self._made_dirs: set[str] = set()
+        self._attempts = 1 if self._local else object_store.attempts()
 
     def __repr__(self) -> str:
         return f"DurableDir({self.fs.type_name}:{self.root})"
@@ -101,6 +115,29 @@ class DurableDir:
         prefix = "" if self.fs.type_name == "local" else f"{self.fs.type_name}://"
         return prefix + self.path(name)
 
+    def _retrying(self, what: str, name: str, action: Callable[[], T]) -> T:
+        """`action()`, tried again after a failed request up to the attempts in use
+        (`fs.s3a.attempts.maximum`), each retry logged; then `StoreUnreachableError` naming
+        `name`. A missing file or one that is not a regular file is an answer, not a failure."""
+        attempt = 1
+        while True:
+            try:
+                return action()
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError, NotAFileError):
+                raise
+            except OSError as e:
+                if self._attempts <= 1:
+                    raise
+                if attempt >= self._attempts:
+                    raise StoreUnreachableError(
+                        f"{self.uri(name)}: {what} failed {attempt} times, giving up ({e})"
+                    ) from e
+                delay = min(_MAX_BACKOFF, _FIRST_BACKOFF * 2 ** (attempt - 1))
+                log.warning("spark_statestore: %s %s failed (attempt %d of %d), again in %.1f s: %s",
+                            what, self.uri(name), attempt, self._attempts, delay, e)
+                time.sleep(delay)
+                attempt += 1
+
     def _ensure_parent(self, path: str) -> None:
         parent = path.rsplit("/", 1)[0]
         if self._renames and parent not in self._made_dirs:  # object stores have no directories
@@ -111,9 +148,15 @@ class DurableDir:
         final = self.path(name)
         self._ensure_parent(final)
         if not self._renames:
-            with self.fs.open_output_stream(final) as out:
-                write(out)
-            return self.fs.get_file_info(final)
+
+            def put() -> pafs.FileInfo:
+                with self.fs.open_output_stream(final) as out:
+                    write(out)
+                    size = out.tell()
+                # what was put is known: asking the store (a HEAD request) would only repeat it
+                return pafs.FileInfo(final, pafs.FileType.File, size=size)
+
+            return self._retrying("writing", name, put)
         directory, base = final.rsplit("/", 1)
         temp = f"{directory}/{TEMP_PREFIX}{uuid.uuid4().hex}-{base}"
         try:
@@ -191,24 +234,35 @@ class DurableDir:
         return os.fdopen(fd, "rb")
 
     def read_bytes(self, name: str) -> bytes:
-        with self._open(name) as src:
-            return src.read()
+        def read() -> bytes:
+            with self._open(name) as src:
+                return src.read()
+
+        return self._retrying("reading", name, read)
 
     def read_range(self, name: str, offset: int, nbytes: int) -> bytes:
         """Up to `nbytes` of `name` from `offset` (one ranged read on object stores)."""
-        with self._open(name, ranged=True) as src:
-            src.seek(offset)
-            return src.read(nbytes)
+
+        def read() -> bytes:
+            with self._open(name, ranged=True) as src:
+                src.seek(offset)
+                return src.read(nbytes)
+
+        return self._retrying("reading", name, read)
 
     def download(self, name: str, local_path: str) -> None:
         """Copy `name` to a local file (through a temporary name)."""
         temp = f"{local_path}.part"
-        with self._open(name) as src, open(temp, "wb") as out:
-            while True:
-                chunk = src.read(_COPY_BYTES)
-                if not chunk:
-                    break
-                out.write(chunk)
+
+        def copy() -> None:
+            with self._open(name) as src, open(temp, "wb") as out:
+                while True:
+                    chunk = src.read(_COPY_BYTES)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+
+        self._retrying("downloading", name, copy)
         os.replace(temp, local_path)
 
     def list(self, subdir: str = "") -> list[pafs.FileInfo]:
@@ -224,7 +278,7 @@ class DurableDir:
             return self._scan_local(subdir, base, temporaries)
         selector = pafs.FileSelector(base, allow_not_found=True, recursive=False)
         files, others = [], {}
-        for info in self.fs.get_file_info(selector):
+        for info in self._retrying("listing", subdir, lambda: self.fs.get_file_info(selector)):
             if info.base_name.startswith(TEMP_PREFIX) and not temporaries:
                 continue
             if info.type == pafs.FileType.File:
@@ -265,7 +319,8 @@ class DurableDir:
 
     def size(self, name: str) -> int:
         """The size of `name` in bytes (`FileNotFoundError` if it does not exist)."""
-        info = self.fs.get_file_info(self._regular(name))
+        path = self._regular(name)
+        info = self._retrying("looking up", name, lambda: self.fs.get_file_info(path))
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(self.uri(name))
         return info.size
@@ -273,7 +328,8 @@ class DurableDir:
     def exists(self, name: str) -> bool:
         """Whether `name` is a regular file (`NotAFileError` if it is something else)."""
         try:
-            return self.fs.get_file_info(self._regular(name)).type == pafs.FileType.File
+            path = self._regular(name)
+            return self._retrying("looking up", name, lambda: self.fs.get_file_info(path)).type == pafs.FileType.File
         except FileNotFoundError:
             return False
 
@@ -282,7 +338,7 @@ class DurableDir:
         deleted = 0
         for name in names:
             try:
-                self.fs.delete_file(self.path(name))
+                self._retrying("deleting", name, lambda: self.fs.delete_file(self.path(name)))  # noqa: B023
                 deleted += 1
             except FileNotFoundError:
                 pass

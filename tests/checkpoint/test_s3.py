@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
 
 import boto3
+import partition_workload as wl
 import pyarrow.fs as pafs
 import pytest
 
-import partition_workload as wl
 from spark_statestore import MissingStateError
-from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
 from spark_statestore.checkpoint.files import snapshot_versions
+from spark_statestore.partition import PartitionOptions, PartitionState, StoreSpec, WorkerResources
 
 
 def location(s3_endpoint, bucket):
@@ -91,3 +92,150 @@ def test_a_changelog_name_that_is_a_directory_on_s3_is_named_not_missing(s3_endp
     state = _fresh_after_crafting(s3_endpoint, bucket, tmp_path, 3, 2, "statestore/3/2.changelog/stray", b"x")
     with pytest.raises(NotAFileError, match=rf"s3://{bucket}/query/statestore/3/2\.changelog is a directory"):
         state.open(2)
+
+
+# -- settings from Spark's S3A keys, and faults between the workers and the store ----------
+
+
+@pytest.fixture
+def proxy(s3_proxy):
+    return s3_proxy
+
+
+@pytest.fixture
+def through_proxy(proxy, monkeypatch):
+    """s3a:// locations of this process reach the store through the proxy, as the session's
+    `fs.s3a.*` keys say (no AWS_ENDPOINT_URL), trying each request 3 times."""
+    from spark_statestore.checkpoint import object_store
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    conf = {"spark.hadoop.fs.s3a.endpoint": f"http://{proxy.endpoint}", "fs.s3a.attempts.maximum": "3"}
+    object_store.use(object_store.S3Settings.from_conf(conf.get))
+    yield proxy
+    object_store.use(None)
+    proxy.faults.errors.clear()
+    proxy.faults.cut = 0
+    if not proxy.running:
+        proxy.start()
+
+
+def _batch(location: str, local: str, batch: int, key: bytes | None = None) -> PartitionState:
+    """Batch `batch` of one key-value store: puts key `k<batch>` (or `key`)."""
+    state = PartitionState(location, 0, [StoreSpec.key_value("kv")], WorkerResources(local))
+    state.open(batch)
+    state.store("kv").put(key or b"k%d" % batch, b"%d" % batch)
+    state.prepare()
+    state.close()
+    return state
+
+
+def _read_all(location: str, local: str, batch: int) -> dict[bytes, bytes]:
+    state = PartitionState(location, 0, [StoreSpec.key_value("kv")], WorkerResources(local))
+    state.open(batch)
+    try:
+        return dict(state.store("kv").all())
+    finally:
+        state.close()
+
+
+def test_s3a_locations_are_reached_as_the_sessions_s3a_keys_say(through_proxy, proxy, tmp_path):
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=f"http://{proxy.endpoint}").create_bucket(Bucket=bucket)
+    location = f"s3a://{bucket}/query"
+    _batch(location, str(tmp_path / "a"), 0)
+    assert _read_all(location, str(tmp_path / "b"), 1) == {b"k0": b"0"}
+    assert proxy.snapshot()["PUT"] > 0  # through the proxy, as the keys said
+
+
+@pytest.mark.parametrize("key,value,named", [
+    ("spark.hadoop.fs.s3a.connection.ssl.enabled", "yes", "fs.s3a.connection.ssl.enabled"),
+    ("fs.s3a.attempts.maximum", "0", "fs.s3a.attempts.maximum"),
+    ("spark.hadoop.fs.s3a.attempts.maximum", "many", "fs.s3a.attempts.maximum"),
+    ("fs.s3a.attempts.maximum", "\u0663", "fs.s3a.attempts.maximum"),  # ARABIC-INDIC DIGIT THREE
+    ("spark.hadoop.fs.s3a.endpoint", "ftp://host:1", "fs.s3a.endpoint"),
+])
+def test_bad_s3a_keys_are_named_with_their_value(key, value, named):
+    from spark_statestore.checkpoint.object_store import S3Settings
+
+    with pytest.raises(ValueError, match=rf"{named} must .*got {value!r}"):
+        S3Settings.from_conf({key: value}.get)
+
+
+def test_the_secret_is_never_shown():
+    from spark_statestore.checkpoint.object_store import S3Settings
+
+    settings = S3Settings.from_conf({"fs.s3a.secret.key": "hunter2", "fs.s3a.access.key": "AKIA"}.get)
+    assert settings.secret_key == "hunter2" and "hunter2" not in repr(settings)
+
+
+@pytest.fixture
+def s3a_location(through_proxy, proxy):
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=f"http://{proxy.endpoint}").create_bucket(Bucket=bucket)
+    return f"s3a://{bucket}/query"
+
+
+def test_throttling_and_errors_are_retried_a_bounded_number_of_times_each_logged(s3a_location, proxy, tmp_path, caplog):
+    from spark_statestore.errors import StoreUnreachableError
+
+    _batch(s3a_location, str(tmp_path / "local"), 0)
+    proxy.faults.errors.extend([503, 500])  # two failures, then the store answers
+    with caplog.at_level("WARNING", logger="spark_statestore.checkpoint.filesystem"):
+        _batch(s3a_location, str(tmp_path / "local"), 1)
+    retries = [r.getMessage() for r in caplog.records if "failed (attempt" in r.getMessage()]
+    assert len(retries) == 2 and all(s3a_location.replace("s3a://", "s3://") in m for m in retries), retries
+    proxy.faults.errors.extend([503] * 3)  # as many as the attempts: the task fails, naming the file
+    with pytest.raises(StoreUnreachableError, match=r"s3://ckpt-\w+/query/statestore/\S+: \w+ failed 3 times"):
+        _batch(s3a_location, str(tmp_path / "local"), 2)
+    assert not proxy.faults.errors
+    assert _read_all(s3a_location, str(tmp_path / "new"), 2) == {b"k0": b"0", b"k1": b"1"}  # nothing lost
+
+
+def test_a_store_stopped_mid_batch_fails_the_task_naming_the_location_and_the_retry_recovers(s3a_location, proxy, tmp_path):
+    from spark_statestore.errors import StoreUnreachableError
+
+    local = str(tmp_path / "local")
+    _batch(s3a_location, local, 0)
+    state = PartitionState(s3a_location, 0, [StoreSpec.key_value("kv")], WorkerResources(local))
+    state.open(1)
+    state.store("kv").put(b"k1", b"1")
+    proxy.stop()  # the store goes away mid-batch: the changelog cannot be published
+    with pytest.raises(StoreUnreachableError, match=r"s3://ckpt-\w+/query/\S+: [a-z ]+ failed 3 times"):
+        state.prepare()
+    state.close()
+    proxy.start()  # back: Spark's next attempt of the batch runs on another executor
+    _batch(s3a_location, str(tmp_path / "other"), 1)
+    assert _read_all(s3a_location, str(tmp_path / "new"), 2) == {b"k0": b"0", b"k1": b"1"}
+
+
+def test_a_response_cut_mid_body_is_read_again_not_taken_for_the_file(s3a_location, proxy, tmp_path, caplog):
+    for batch in range(3):
+        _batch(s3a_location, str(tmp_path / "local"), batch)
+    proxy.faults.cut = 2  # the restore's first two reads with a body end half way
+    with caplog.at_level("WARNING", logger="spark_statestore.checkpoint.filesystem"):
+        assert _read_all(s3a_location, str(tmp_path / "new"), 3) == {b"k0": b"0", b"k1": b"1", b"k2": b"2"}
+    assert proxy.faults.cut == 0 and proxy.injected["cut"] >= 2
+    assert sum("failed (attempt" in r.getMessage() for r in caplog.records) >= 2
+
+
+def test_a_batch_on_an_object_store_asks_nothing_after_its_put(s3a_location, proxy, tmp_path):
+    """The changelog's PUT either stored every byte or failed: a HEAD after it to learn the
+    size would be one request per batch and partition for nothing."""
+    for batch in range(2):
+        _batch(s3a_location, str(tmp_path / "local"), batch)
+    proxy.reset_counts()
+    state = _batch(s3a_location, str(tmp_path / "local"), 2, key=b"x" * 100)
+    requests, log = proxy.snapshot(), list(proxy.log)
+    assert requests["PUT"] == 1 and requests.get("POST", 0) == 0, requests  # one PUT, no multipart upload
+    changelog = f"/{s3a_location.removeprefix('s3a://')}/statestore/0/2.changelog"
+    put = log.index(("PUT", changelog))
+    assert [r for r in log[put + 1:] if r[1] == changelog] == [], log
+    assert state.metrics.changelog_bytes == pafs.S3FileSystem(endpoint_override=proxy.endpoint, scheme="http").get_file_info(
+        changelog.lstrip("/")).size
+
+
+def test_an_s3a_location_without_a_bucket_is_named_as_given():
+    from spark_statestore.checkpoint.filesystem import resolve_location
+
+    with pytest.raises(ValueError, match=r"checkpoint location 's3a:///query' names no bucket"):
+        resolve_location("s3a:///query")

@@ -22,11 +22,16 @@ TOTALS = [KeyValue("totals", Serdes.string(), Serdes.int64())]
 
 
 def lose_local_state(tmp_path) -> None:
-    """The local state is gone, as on new executors. A Python worker of the last run may still
+    """The local state is gone, as on new executors."""
+    lose_local_state_at(tmp_path / "local-state")
+
+
+def lose_local_state_at(local) -> None:
+    """The local state directory `local` is gone. A Python worker of the last run may still
     be flushing a copy it keeps open into it (work ahead, off the task's path), so it is moved
     aside in one rename, which nothing writing by its old paths can undo, and deleted after."""
-    lost = tmp_path / "local-state.lost"
-    os.rename(tmp_path / "local-state", lost)
+    lost = local.with_name(local.name + ".lost")
+    os.rename(local, lost)
     for _ in range(100):  # a file the flush had open when it moved may still be written
         shutil.rmtree(lost, ignore_errors=True)
         if not lost.exists():
@@ -50,10 +55,10 @@ def events(spark, job):
 # -- applyInPandasWithState ----------------------------------------------------------------
 
 
-def run_group_totals(spark, job, **failures):
+def run_group_totals(spark, job, checkpoint=None, **failures):
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    checkpoint = os.path.join(job, "checkpoint")
+    checkpoint = checkpoint or os.path.join(job, "checkpoint")
     fn = with_stores(spark_jobs.group_totals(checkpoint=checkpoint, **failures), checkpoint, TOTALS)
     out = events(spark, job).groupBy("key").applyInPandasWithState(
         fn, "key string, total long, batch_id long, calls long", "calls long", "Append", GroupStateTimeout.NoTimeout
@@ -75,11 +80,12 @@ def assert_injected(job, raised, killed):
     assert spark_jobs.injected(checkpoint, "killed") == killed
 
 
-def check_group_totals(job):
+def check_group_totals(job, checkpoint=None):
     """Every emitted total is the key's row count up to that batch; every key is emitted in
-    every batch it has rows in; the GroupState beside the stores counted the same calls."""
+    every batch it has rows in; the GroupState beside the stores counted the same calls
+    (`checkpoint`: a local copy of the query's checkpoint, if not under `job`)."""
     output = pd.concat(pd.read_parquet(p) for p in glob.glob(os.path.join(job, "output", "*.parquet")))
-    expected = cumulative_counts(os.path.join(job, "checkpoint"))
+    expected = cumulative_counts(checkpoint or os.path.join(job, "checkpoint"))
     assert len(output) > 10
     previous: dict = {}
     for batch, totals in sorted(expected.items()):
@@ -121,8 +127,8 @@ def test_group_state_exactly_once_across_restart_with_lost_local_state(spark, jo
 # -- per-partition processing ----------------------------------------------------------------
 
 
-def run_partition_totals(spark, job, partitions=2, **failures):
-    checkpoint = os.path.join(job, "checkpoint")
+def run_partition_totals(spark, job, partitions=2, checkpoint=None, **failures):
+    checkpoint = checkpoint or os.path.join(job, "checkpoint")
     schema = changes_schema("string", "long")
     fn = partition_function(
         spark_jobs.partition_totals(checkpoint=checkpoint, **failures), checkpoint, TOTALS, partitions=partitions,
@@ -138,12 +144,13 @@ def run_partition_totals(spark, job, partitions=2, **failures):
     return fn, query
 
 
-def check_change_stream(job, deduplicated=True):
+def check_change_stream(job, deduplicated=True, checkpoint=None):
     """The forwarded changes of each batch lead every key from its previous total to its
     total after the batch: one change per key with a large cache (KIP-63's de-duplicated
-    stream), a chain of changes when evictions flushed it mid-partition."""
+    stream), a chain of changes when evictions flushed it mid-partition (`checkpoint`: a
+    local copy of the query's checkpoint, if not under `job`)."""
     output = pd.read_parquet(os.path.join(job, "output"))
-    expected = cumulative_counts(os.path.join(job, "checkpoint"))
+    expected = cumulative_counts(checkpoint or os.path.join(job, "checkpoint"))
     assert len(output) > 10 and (output["store"] == "totals").all()
     previous: dict = {}
     for batch, totals in sorted(expected.items()):

@@ -15,6 +15,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from spark_statestore.checkpoint import object_store
+from spark_statestore.checkpoint.object_store import S3Settings
 from spark_statestore.partition.options import PartitionOptions
 from spark_statestore.spark.driver.slots import session_task_slots, share_per_task, task_cpus
 from spark_statestore.spark.signals import SECRET_KEY, TARGET_KEY
@@ -193,6 +195,8 @@ class StateStoreSettings:
     keep_open_partitions: int
     keep_open_idle_seconds: float
     task_slots: int = 1
+    # the session's `spark.hadoop.fs.s3a.*` keys: how `s3a://` locations are reached
+    s3: S3Settings = S3Settings()
 
     @classmethod
     def from_conf(cls, get: Callable[[str], str | None], task_slots: int = 1) -> "StateStoreSettings":
@@ -203,7 +207,7 @@ class StateStoreSettings:
             found = get(setting.key)
             values[setting.field] = setting.parse(setting.key, setting.default if found is None else found)
         task_cpus(get)  # a bad spark.task.cpus fails here, naming the key
-        return cls(task_slots=task_slots, **values)
+        return cls(task_slots=task_slots, s3=S3Settings.from_conf(get), **values)
 
     @classmethod
     def defaults(cls) -> "StateStoreSettings":
@@ -216,7 +220,9 @@ class StateStoreSettings:
         unknown `spark.statestore.*` key among them is refused (`check_keys`)."""
         check_keys(spark.conf.getAll)
         get = session_conf(spark)
-        return cls.from_conf(get, session_task_slots(spark, get))
+        settings = cls.from_conf(get, session_task_slots(spark, get))
+        object_store.use(settings.s3)  # the driver reads the state (metrics, reader) as the tasks do
+        return settings
 
     def cache_bytes_per_task(self) -> int:
         """This executor's share of `spark.statestore.cache.maxBytes` for one task."""

@@ -13,6 +13,7 @@ import logging
 import time
 from typing import Any, Callable
 
+from spark_statestore.checkpoint import object_store
 from spark_statestore.cache.change import Change
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.options import PartitionOptions
@@ -62,6 +63,7 @@ class TaskState:
         runtime = self._runtime
         runtime.abort_stale()
         settings = self.config.settings
+        object_store.use(settings.s3)
         runtime.sweep(settings.resolve_local_dir(), settings.local_max_idle_seconds)
         resources = runtime.resources_for(settings)
         self._cache_start = resources.cache.stats() if resources.cache is not None else {}
