@@ -24,7 +24,7 @@ import json
 import os
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,23 @@ def kafka_streams_command(bootstrap: str, input_topic: str, output_topic: str, a
                  f"grace.ms={GRACE_MS}"]
     arguments += [f"config.{name}={value}" for name, value in (config or {}).items()]
     return kafka_streams_build.command(*arguments, heap=heap)
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """Records of `topic` the consumer group (a Kafka Streams application) committed; 0
+    while its coordinator cannot say. (An admin client without a Python logger: with one,
+    its futures wait for polls that nobody makes; kept until the future resolves: a dropped
+    client cancels it.)"""
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        result = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
+    except (KafkaException, TimeoutError):
+        return 0
+    return sum(max(tp.offset, 0) for tp in result.topic_partitions)
 
 
 def window_starts(ts: np.ndarray, size: int, slide: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -144,10 +161,11 @@ def routes(spark: Any, partitions: int) -> list[int]:
 
 
 def build_query(spark: Any, bootstrap: str, topic: str, output_topic: str, checkpoint: str, partitions: int,
-                trigger: dict, max_offsets: int | None = None) -> Any:
+                trigger: dict, max_offsets: int | None = None, wrap: Callable | None = None) -> Any:
     """topic -> `stream_time_counts` per topic partition -> output topic. Each Spark partition
     after the shuffle holds exactly one topic partition's records, from the one task that read
-    them, in their order (the shuffle keeps a map task's order), as a Kafka Streams task does."""
+    them, in their order (the shuffle keeps a map task's order), as a Kafka Streams task does.
+    `wrap(fn)` replaces the partition function (`profiled`)."""
     from pyspark.sql import functions as F
 
     source = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
@@ -159,12 +177,36 @@ def build_query(spark: Any, bootstrap: str, topic: str, output_topic: str, check
         F.col("key").cast("string").alias("key"), F.unix_millis("timestamp").alias("ts"),
         F.element_at(route, F.col("partition") + 1).alias("route"))
     fn = partition_function(stream_time_counts, checkpoint, STORES, partitions=partitions, emit_changes=False)
-    counts = records.repartition(partitions, "route").mapInArrow(fn, OUTPUT_SCHEMA)
+    counts = records.repartition(partitions, "route").mapInArrow(wrap(fn) if wrap else fn, OUTPUT_SCHEMA)
     out = counts.select(
         F.concat_ws("|", "key", "kind", F.col("window_start").cast("string")).alias("key"),
         F.to_json(F.struct("key", "kind", "window_start", "window_end", "count")).alias("value"))
     return (out.writeStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
             .option("topic", output_topic).option("checkpointLocation", checkpoint).trigger(**trigger).start())
+
+
+def profiled(directory: str) -> Callable:
+    """A wrapper of a partition function that runs each task under cProfile (opening the
+    state, Spark's input, the function, preparing the changelog) and writes its stats to
+    `directory`, one file per task."""
+
+    def wrap(fn: Callable) -> Callable:
+        def run(batches: Iterator[Any]) -> Iterator[Any]:
+            import cProfile
+            import time
+
+            profile = cProfile.Profile()
+            profile.enable()
+            try:
+                yield from fn(batches)
+            finally:
+                profile.disable()
+                os.makedirs(directory, exist_ok=True)
+                profile.dump_stats(os.path.join(directory, f"{os.getpid()}-{time.time_ns()}.prof"))
+
+        return run
+
+    return wrap
 
 
 def reference(records: Iterable[Any]) -> dict[str, dict]:

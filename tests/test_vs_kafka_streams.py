@@ -41,15 +41,6 @@ def late_stream(count: int, keys: int, seed: int = 5) -> list[tuple[str, str, in
     return out
 
 
-def committed(kafka, group: str, topic: str) -> int:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    admin = kafka._admin()
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(PARTITIONS)])
-    result = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
-    return sum(max(tp.offset, 0) for tp in result.topic_partitions)
-
-
 def test_kafka_streams_and_the_per_partition_job_write_the_same_windows(classic_spark, kafka, tmp_path):
     spark = classic_spark
     topic, ks_out, spark_out = topic_name("ks-in"), topic_name("ks-out"), topic_name("pp-out")
@@ -73,7 +64,7 @@ def test_kafka_streams_and_the_per_partition_job_write_the_same_windows(classic_
         assert query.exception() is None
         assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3  # state carried across batches
         deadline = time.monotonic() + 300
-        while committed(kafka, app, topic) < len(records):
+        while windowed_counts_ks.committed(kafka.bootstrap, app, topic, PARTITIONS) < len(records):
             assert streams.poll() is None, (tmp_path / "kafka-streams.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "Kafka Streams did not commit the whole topic"
             time.sleep(0.5)
