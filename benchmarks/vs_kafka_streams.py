@@ -196,6 +196,7 @@ class Process:
         for line in self.popen.stdout:
             self.lines.append(line.rstrip("\n"))
             self.log.write(line)
+            self.log.flush()
 
     def wait_line(self, prefix: str, timeout: float = 600) -> str:
         deadline = time.monotonic() + timeout
@@ -482,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """The whole comparison (see the module's docstring)."""
     if args.quick:
-        args.records, args.keys, args.batches = 200_000, 10_000, 4
+        args.records, args.keys, args.batches, args.events_per_second = 200_000, 10_000, 4, 2_000
         args.tws_batch, args.tws_batches = 20_000, 2
         args.latency_seconds, args.warmup_seconds = 25, 5
     keep = bool(args.workdir)
@@ -502,7 +503,7 @@ def run(args: argparse.Namespace) -> int:
                    "per-partition": run_spark(kafka, args, "per-partition", topic, args.records)}
         ks = windowed_counts_ks.windows_of(kafka.records(results["kafka-streams"]["output"]))
         ours = windowed_counts_ks.windows_of(kafka.records(results["per-partition"]["output"]))
-        agree = ks == ours
+        agree = bool(ks) and ks == ours
         print(f"results: Kafka Streams {len(ks):,} windows, per-partition {len(ours):,}: "
               f"{'equal' if agree else 'DIFFERENT'}", flush=True)
         if "tws" not in skip:

@@ -66,19 +66,18 @@ def kafka_streams_command(bootstrap: str, input_topic: str, output_topic: str, a
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
     """Records of `topic` the consumer group (a Kafka Streams application) committed; 0
-    while its coordinator cannot say. (An admin client without a Python logger: with one,
-    its futures wait for polls that nobody makes; kept until the future resolves: a dropped
-    client cancels it.)"""
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    while its coordinator cannot say. Asked through a consumer of the group that never
+    joins it (an admin client per call crashed the process here)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        result = admin.list_consumer_group_offsets([request])[group].result(timeout=30)
-    except (KafkaException, TimeoutError):
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    except KafkaException:
         return 0
-    return sum(max(tp.offset, 0) for tp in result.topic_partitions)
+    finally:
+        consumer.close()
+    return sum(max(tp.offset, 0) for tp in offsets)
 
 
 def window_starts(ts: np.ndarray, size: int, slide: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -124,7 +123,7 @@ def _count_windows(store: Any, kind: str, size: int, slide: int, keys: Any, ts: 
     # windows this chunk closes: those stored before that it did not count in (read before this
     # chunk's writes move the store's stream time past them), and those it counted in
     closing = []
-    if closed_now > closed_before:
+    if closed_now > max(closed_before, -1):  # some window start (>= 0) newly closed
         stored = store.fetch_all_columns(max(closed_before + 1, 0), closed_now)
         if len(stored.keys):
             earlier = pa.table({"key": pa.array(stored.keys, pa.string()),

@@ -59,10 +59,10 @@ def test_kafka_streams_and_the_per_partition_job_write_the_same_windows(classic_
     try:
         spark.conf.set("spark.statestore.localDir", str(tmp_path / "local"))
         query = windowed_counts_ks.build_query(spark, kafka.bootstrap, topic, spark_out, str(tmp_path / "checkpoint"),
-                                               PARTITIONS, {"availableNow": True}, max_offsets=1_500)
+                                               PARTITIONS, {"availableNow": True}, max_offsets=900)
         query.awaitTermination()
         assert query.exception() is None
-        assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3  # state carried across batches
+        assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3  # state carried across batches (the first closes no window: 15 s of event time)
         deadline = time.monotonic() + 300
         while windowed_counts_ks.committed(kafka.bootstrap, app, topic, PARTITIONS) < len(records):
             assert streams.poll() is None, (tmp_path / "kafka-streams.log").read_text()[-3000:]
