@@ -507,7 +507,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"results: Kafka Streams {len(ks):,} windows, per-partition {len(ours):,}: "
               f"{'equal' if agree else 'DIFFERENT'}", flush=True)
         if "tws" not in skip:
-            results["tws"] = run_spark(kafka, args, "tws", topic, args.records)
+            try:
+                results["tws"] = run_spark(kafka, args, "tws", topic, args.records)
+            except RuntimeError as error:  # the table still shows the others
+                print(f"tws: failed: {error}", flush=True)
         rate = int(min(results["kafka-streams"]["rate"], results["per-partition"]["rate"]) / 2)
         for kind in results:
             if "latency" in skip:
@@ -515,7 +518,11 @@ def run(args: argparse.Namespace) -> int:
                 continue
             kind_rate = rate if kind != "tws" else int(min(rate, results["tws"]["rate"] / 2))
             results[kind]["latency_rate"] = kind_rate
-            results[kind]["p50"], results[kind]["p99"] = latency(kafka, args, kind, kind_rate)
+            try:
+                results[kind]["p50"], results[kind]["p99"] = latency(kafka, args, kind, kind_rate)
+            except RuntimeError as error:
+                print(f"{kind} latency: failed: {error}", flush=True)
+                results[kind]["p50"] = results[kind]["p99"] = float("nan")
     if args.profile and "profile" in results["per-partition"]:
         print_profile(results["per-partition"]["profile"])
     from common import print_table
