@@ -8,13 +8,13 @@ Spark's Kafka connector (pyspark 4.2: `./dev minors` runs it).
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import subprocess
 import sys
 import time
 
+import paths
 import pytest
 from conftest import KAFKA_JARS, NO_KAFKA_REASON, topic_name
 
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka,
               pytest.mark.skipif(KAFKA_JARS is None, reason=NO_KAFKA_REASON),
               pytest.mark.skipif(shutil.which("mvn") is None or shutil.which("java") is None,
                                  reason="building the Kafka Streams application needs mvn and a JDK")]
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(0, str(paths.ROOT / "benchmarks"))
 import windowed_counts_ks  # noqa: E402 - benchmarks/windowed_counts_ks.py
 PARTITIONS = 3
 
