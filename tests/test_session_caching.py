@@ -8,7 +8,6 @@ from session_support import open_session_store
 
 from spark_statestore.cache.caching_session import CachingSessionStore
 from spark_statestore.cache.thread_cache import ThreadCache
-from spark_statestore.stores.session_layout import SessionWindow
 
 
 @pytest.mark.parametrize("kind", ["memory", "rocksdb"])
