@@ -1,0 +1,100 @@
+"""Merging a micro-batch of records into sessions at once (`merge_batch`).
+
+`merge_record` reads and writes the store once per record. A Spark micro-batch arrives as
+columns; `merge_batch` groups them by key, reads each touched key's live sessions once (one
+`find_sessions` over the span of the key's record times, widened by the gap: every session
+any of its records could join lies there), replays the records in order against that list
+in Python, and writes only the net changes (a session merged several times in the batch is
+put once; one merged away is removed once). The resulting state equals `merge_record` on
+each record in turn, liveness included: under `Clock.RECORDS` the stream time each record
+would have seen is replayed, and the store is advanced to the batch's stream time before
+the writes. (The count of dropped sessions is not replayed.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import reduce
+from typing import Any
+
+from spark_statestore.stores.session_layout import SessionWindow
+from spark_statestore.stores.spec import Clock
+from spark_statestore.validation import MAX_TIME, check_time
+
+Window = tuple[int, int]  # (start, end)
+
+
+def merge_batch(
+    store: Any,
+    keys: Sequence[Any],
+    times: Sequence[int],
+    values: Sequence[Any],
+    gap: int,
+    merge: Callable[[Any, Any], Any],
+) -> list[tuple[SessionWindow, Any]]:
+    """Merge records `(keys[i], times[i], values[i])`, in order, into their sessions within
+    `gap` (as `merge_record` on each); returns the sessions put, with their values."""
+    if not len(keys) == len(times) == len(values):
+        raise ValueError(
+            f"keys, times and values must have one length, got {len(keys)}, {len(times)} and {len(values)}"
+        )
+    times = [check_time(t, "times") for t in times]
+    seen, final = _stream_times(store, times)
+    by_key: dict[Any, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_key.setdefault(key, []).append(i)
+    retention = store.retention_period
+    changes = []  # read every key's sessions at the stream time the batch starts from
+    for key, rows in by_key.items():
+        key_times = [times[i] for i in rows]
+        lo, hi = max(min(key_times) - gap, 0), min(max(key_times) + gap, MAX_TIME)
+        initial = {(w.start, w.end): v for w, v in store.find_sessions(key, lo, hi)}
+        current = dict(initial)
+        for i in rows:
+            _replay(current, times[i], values[i], gap, merge, seen[i] - retention)
+        changes.append((key, initial, current))
+    if final > store.observed_stream_time:
+        store.advance_stream_time(final)
+    live_after = final - retention
+    written = []
+    for key, initial, current in changes:
+        for window in initial.keys() - current.keys():
+            if window[1] > live_after:
+                store.remove(key, *window)
+        for window, value in current.items():
+            if window[1] > live_after and (window not in initial or initial[window] != value):
+                store.put(key, *window, value)
+                written.append((SessionWindow(key, *window), value))
+    return written
+
+
+def _stream_times(store: Any, times: list[int]) -> tuple[list[int], int]:
+    """The stream time before each record and after the last (`seen[i]`, `seen[i + 1]`)."""
+    now = store.observed_stream_time
+    seen = [now]
+    advances = store.clock is Clock.RECORDS
+    for t in times:
+        if advances and t > now:
+            now = t
+        seen.append(now)
+    return seen, now
+
+
+def _replay(
+    sessions: dict[Window, Any],
+    time: int,
+    value: Any,
+    gap: int,
+    merge: Callable[[Any, Any], Any],
+    expired_up_to: int,
+) -> None:
+    """`merge_record` of one record against a key's sessions held in `sessions` (those
+    ending at `expired_up_to` or before are not live; one put so is never seen again, as
+    every later stream time is larger, so it is kept rather than dropped)."""
+    found = sorted(
+        (w for w in sessions if w[1] > expired_up_to and w[1] >= time - gap and w[0] <= time + gap),
+        key=lambda w: (w[1], w[0]),
+    )
+    start = min([time, *(w[0] for w in found)])
+    end = max([time, *(w[1] for w in found)])
+    sessions[(start, end)] = reduce(merge, [sessions.pop(w) for w in found] + [value])
