@@ -20,6 +20,10 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
+from spark_statestore.checkpoint.snapshot_columns import (
+    COLUMNS_FILE, SnapshotColumns, columns_entry, read_snapshot_columns,
+)
+from spark_statestore.checkpoint.snapshots import read_manifest
 from spark_statestore.checkpoint.names import (
     changelog_name,
     changelog_versions,
@@ -174,6 +178,20 @@ class _KeepChangelogs(Recovery):
         self.kept: list[tuple[Changelog, VersionId, str]] = []
         self.kept_records = 0
         self.writing = False
+        self.columns: dict | None = None  # the manifest entry of the restored snapshot's columns file
+
+    def _restore(self, history: DurableHistory, target: int) -> tuple[TransactionalDatabase, VersionId]:
+        self.columns = None  # a listing again starts over
+        return super()._restore(history, target)
+
+    def _from_snapshot(self, history: DurableHistory, version: int) -> tuple[TransactionalDatabase, VersionId]:
+        """The snapshot restored as `Recovery` does, and its columns file's manifest entry
+        kept (`columns`) where the manifest lists one for the very version restored."""
+        manifest = read_manifest(self.durable, version)
+        db, committed = super()._from_snapshot(history, version)
+        entry = columns_entry(manifest)
+        self.columns = entry if entry is not None and manifest.get("version_id") == committed.id else None
+        return db, committed
 
     def _apply(self, history: DurableHistory, db: TransactionalDatabase, plan: RestorePlan) -> VersionId:
         self.kept, self.kept_records, self.writing = [], 0, False  # a listing again starts over
@@ -218,6 +236,7 @@ class VersionReader:
         self.loaded: VersionId | None = None
         self.merge_records = merge_records
         self.pending: list[Changelog] = []  # verified changelogs not written to `db`, in order
+        self._columns: dict | SnapshotColumns | None = None  # the manifest entry of the columns of the snapshot `db` holds unchanged
 
     def __enter__(self) -> "VersionReader":
         local = LocalPartitionDir(self._workdir, self.state.location, self.partition)
@@ -235,6 +254,8 @@ class VersionReader:
         try:
             self.db, self.loaded = recovery.load(self.version, self.committed)
             self.pending = [changelog for changelog, _, _ in recovery.kept]
+            if not recovery.writing:  # the copy holds the snapshot unchanged
+                self._columns = recovery.columns
             if self.committed is not None and self.committed > self.version:  # time travel
                 cast(DurableHistory, recovery.history).check_chain(self.loaded, self.committed)
         except MissingStateError as e:
@@ -265,7 +286,15 @@ class VersionReader:
     ) -> Iterator[StoreColumns]:
         """The same records as `records`, in the same order, as Arrow columns `chunk`
         records at a time, read in bulk (see `columnar`; `keys`: `store_columns`' range)."""
-        return store_columns(self._loaded(), spec, chunk, self.pending, keys)
+        return store_columns(self._loaded(), spec, chunk, self.pending, keys, self._snapshot())
+
+    def _snapshot(self) -> SnapshotColumns | None:
+        """The columns of the snapshot the copy holds unchanged, downloaded and verified
+        once (None: the copy is not a snapshot's, or the snapshot has no columns file)."""
+        if isinstance(self._columns, dict):
+            where = os.path.join(self._workdir, COLUMNS_FILE)
+            self._columns = read_snapshot_columns(self.state.durable(self.partition), self._columns, where)
+        return self._columns
 
     def _loaded(self) -> TransactionalDatabase:
         if self.db is None:
