@@ -339,17 +339,16 @@ def test_a_snapshot_read_in_bulk_is_read_from_its_columns_file(dirs):
         assert next(iter(per_record.records(spec))) == (b"k000", b"v1-0")
 
 
-@pytest.mark.parametrize("damage", ["bytes", "order"])
-def test_a_damaged_columns_file_fails_the_read_naming_it(dirs, damage):
-    """A columns file whose bytes differ from its manifest's SHA-256, or whose keys are out
-    of order (a crafted file with a manifest to match), fails the bulk read with
-    CorruptStateError naming the file; nothing is read from it."""
+@pytest.mark.parametrize("damage", ["bytes", "order", "gone"])
+def test_a_damaged_columns_file_is_passed_over_for_the_snapshots_database(dirs, damage, caplog):
+    """A columns file whose bytes differ from its manifest's SHA-256, whose keys are out of
+    order (a crafted file with a manifest to match), or that is gone, is not read: the
+    snapshot's RocksDB files serve the read (the same rows), with a warning naming it."""
     import hashlib
     import json
+    import logging
 
     import pyarrow.ipc as ipc
-
-    from spark_statestore.errors import CorruptStateError
 
     checkpoint, local = dirs
     spec = _kv_state(checkpoint, local)
@@ -360,6 +359,8 @@ def test_a_damaged_columns_file_fails_the_read_naming_it(dirs, damage):
             byte = f.read(1)
             f.seek(-1, 1)
             f.write(bytes([byte[0] ^ 0xFF]))
+    elif damage == "gone":
+        os.remove(path)
     else:
         keys = pa.array([b"b", b"a"], pa.binary())
         schema = pa.schema([("key", pa.binary()), ("value", pa.binary())])
@@ -371,6 +372,22 @@ def test_a_damaged_columns_file_fails_the_read_naming_it(dirs, damage):
         with open(manifest_path, "w") as f:
             json.dump(manifest, f)
     location = StateLocation.open(checkpoint)
-    with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
-        with pytest.raises(CorruptStateError, match="COLUMNS.arrow"):
-            _bulk_records(bulk, spec, 64)
+    with caplog.at_level(logging.WARNING, logger="spark_statestore.partition.reading"):
+        with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
+            rows = _bulk_records(bulk, spec, 64)
+    assert rows == [(b"k%03d" % i, b"v1-%d" % i) for i in range(50)]
+    assert "COLUMNS.arrow" in caplog.text and "snapshot 1" in caplog.text
+
+
+def test_a_read_that_must_write_changelogs_restores_the_snapshot_after_all(dirs):
+    """Where more changelog records follow a snapshot than a read merges in memory, the
+    columns file cannot stand in for the copy (nothing can be written to it): the read is
+    made from the restored copy, with the same rows."""
+    checkpoint, local = dirs
+    spec = _kv_state(checkpoint, local)
+    location = StateLocation.open(checkpoint)
+    with VersionReader(location, 0, 2, 2) as per_record:
+        expected = list(per_record.records(spec))
+    with VersionReader(location, 0, 2, 2, merge_records=10) as bulk:  # 50 records follow snapshot 1
+        assert _bulk_records(bulk, spec, 7) == expected
+    assert expected == [(b"k%03d" % i, b"v2-%d" % i) for i in range(50)]

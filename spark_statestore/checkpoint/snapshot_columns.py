@@ -131,6 +131,14 @@ class SnapshotColumns:
             if end < len(keys):
                 return
 
+    def get(self, family: str, key: bytes) -> bytes | None:
+        """The value of `key` in `family` (None: absent)."""
+        for keys, values in self.families.get(family, ()):
+            if keys[-1].as_py() >= key:
+                at = _search(keys, key)
+                return values[at].as_py() if keys[at].as_py() == key else None
+        return None
+
 
 class _Keys:
     """A binary array indexed as Python bytes (for `bisect`: log n items converted)."""
