@@ -391,3 +391,18 @@ def test_a_read_that_must_write_changelogs_restores_the_snapshot_after_all(dirs)
     with VersionReader(location, 0, 2, 2, merge_records=10) as bulk:  # 50 records follow snapshot 1
         assert _bulk_records(bulk, spec, 7) == expected
     assert expected == [(b"k%03d" % i, b"v2-%d" % i) for i in range(50)]
+
+
+def test_verify_names_a_damaged_columns_file(dirs):
+    """`python -m spark_statestore verify` checks a snapshot's columns file too (a restore
+    of the database does not download it)."""
+    from spark_statestore.tools.verification import verify_state
+
+    checkpoint, local = dirs
+    _kv_state(checkpoint, local)
+    assert not verify_state(checkpoint).problems
+    path, _, _ = _snapshot_columns_file(checkpoint, 1)
+    with open(path, "ab") as f:
+        f.write(b"x")
+    problems = verify_state(checkpoint).problems
+    assert [p.what for p in problems] == ["snapshot of version 1"] and "COLUMNS.arrow" in problems[0].message

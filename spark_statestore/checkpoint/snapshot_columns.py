@@ -4,7 +4,7 @@ A reader of a whole store (the state reader) needs every record of a column fami
 order. Scanned out of RocksDB that is rocksdict's per-record iterators (about 0.5 us a
 record per iterator); read from an Arrow IPC file it is one read. So when a snapshot is
 taken, the pass that verifies the checkpoint (every entry read with checksums on, as
-`verify_database` does) also writes every column family's raw entries (stored keys and
+the snapshot's verification did before) also writes every column family's raw entries (stored keys and
 values, bookkeeping keys included) into `COLUMNS.arrow` in the checkpoint directory:
 one zstd-compressed record batch of `key`, `value` (binary) per chunk, its custom metadata naming the
 column family, batches in column family name order and keys ascending within each.
@@ -21,9 +21,9 @@ from __future__ import annotations
 import hashlib
 import os
 from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
-from typing import Iterator
+from itertools import islice, pairwise
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,13 +47,13 @@ def _schema() -> pa.Schema:
 def verify_and_write_columns(path: str) -> None:
     """Read every entry of every column family of the RocksDB database at `path` (a
     checkpoint) with checksums on, raising `CorruptStateError` naming what RocksDB cannot
-    read (as `verify_database`), and write them to `path/COLUMNS.arrow`."""
+    read, and write them to `path/COLUMNS.arrow`."""
     opts = rocksdict.Options(raw_mode=True)
     try:
         names = sorted(rocksdict.Rdict.list_cf(path, opts))
         families = {n: rocksdict.Options(raw_mode=True) for n in names if n != DEFAULT_COLUMN_FAMILY}
         db = rocksdict.Rdict(path, opts, column_families=families, access_type=rocksdict.AccessType.read_only())
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - rocksdict raises Exception with RocksDB's status
         raise CorruptStateError(f"cannot open the RocksDB database at {path} to verify it: {e}") from e
     target = os.path.join(path, COLUMNS_FILE)
     cfs = []
@@ -100,7 +100,7 @@ def _verified_chunks(cf: rocksdict.Rdict, name: str, path: str) -> Iterator[tupl
     try:
         if not it.valid():
             it.status()
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - rocksdict raises Exception with RocksDB's status
         error = storage_error(e.with_traceback(None))
         del it
         raise CorruptStateError(f"RocksDB cannot read column family {name!r} of {path}: {error}") from None
@@ -189,7 +189,7 @@ def read_snapshot_columns(durable: DurableDir, entry: dict, local: str) -> Snaps
         raise CorruptStateError(f"snapshot file {uri} is not a columns file: {e}") from e
     families = {family: [_checked(batch, uri, family) for batch in batches] for family, batches in parts.items()}
     for family, pairs in families.items():
-        for (before, _), (after, _) in zip(pairs, pairs[1:]):
+        for (before, _), (after, _) in pairwise(pairs):
             if before[-1].as_py() >= after[0].as_py():
                 raise CorruptStateError(f"snapshot file {uri}: the keys of column family {family!r} are not ascending")
     return SnapshotColumns(families, uri)

@@ -41,7 +41,7 @@ class ColumnsCopy:
         raw = self.get(META_COLUMN_FAMILY, offset_key(name))
         return None if raw is None else decode_offset(raw)
 
-    def open_store(self, spec: StoreSpec) -> "ColumnsStore":
+    def open_store(self, spec: StoreSpec) -> ColumnsStore:
         return ColumnsStore(self, spec)
 
     def close(self) -> None:
