@@ -53,7 +53,7 @@ def verify_and_write_columns(path: str) -> None:
         names = sorted(rocksdict.Rdict.list_cf(path, opts))
         families = {n: rocksdict.Options(raw_mode=True) for n in names if n != DEFAULT_COLUMN_FAMILY}
         db = rocksdict.Rdict(path, opts, column_families=families, access_type=rocksdict.AccessType.read_only())
-    except Exception as e:  # noqa: BLE001 - rocksdict raises Exception with RocksDB's status
+    except Exception as e:
         raise CorruptStateError(f"cannot open the RocksDB database at {path} to verify it: {e}") from e
     target = os.path.join(path, COLUMNS_FILE)
     cfs = []
