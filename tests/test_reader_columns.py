@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shutil
 
 import pyarrow as pa
 import pytest
@@ -339,10 +340,11 @@ def test_a_snapshot_read_in_bulk_is_read_from_its_columns_file(dirs):
         assert next(iter(per_record.records(spec))) == (b"k000", b"v1-0")
 
 
-@pytest.mark.parametrize("damage", ["bytes", "order", "gone"])
+@pytest.mark.parametrize("damage", ["bytes", "order", "gone", "another version's"])
 def test_a_damaged_columns_file_is_passed_over_for_the_snapshots_database(dirs, damage, caplog):
     """A columns file whose bytes differ from its manifest's SHA-256, whose keys are out of
-    order (a crafted file with a manifest to match), or that is gone, is not read: the
+    order (a crafted file with a manifest to match), that is gone, or that is another
+    version's (with a manifest to match: its recorded version is checked), is not read: the
     snapshot's RocksDB files serve the read (the same rows), with a warning naming it."""
     import hashlib
     import json
@@ -362,10 +364,15 @@ def test_a_damaged_columns_file_is_passed_over_for_the_snapshots_database(dirs, 
     elif damage == "gone":
         os.remove(path)
     else:
-        keys = pa.array([b"b", b"a"], pa.binary())
-        schema = pa.schema([("key", pa.binary()), ("value", pa.binary())])
-        with ipc.new_file(path, schema) as writer:
-            writer.write_batch(pa.record_batch([keys, keys], schema=schema), custom_metadata={b"column_family": b"kv"})
+        if damage == "order":
+            keys = pa.array([b"b", b"a"], pa.binary())
+            schema = pa.schema([("key", pa.binary()), ("value", pa.binary())])
+            with ipc.new_file(path, schema) as writer:
+                writer.write_batch(
+                    pa.record_batch([keys, keys], schema=schema), custom_metadata={b"column_family": b"kv"}
+                )
+        else:
+            shutil.copyfile(_snapshot_columns_file(checkpoint, 0)[0], path)
         entry = next(e for e in manifest["files"] if e["durable"].endswith("COLUMNS.arrow"))
         with open(path, "rb") as f:
             entry["sha256"], entry["size"] = hashlib.sha256(f.read()).hexdigest(), os.path.getsize(path)

@@ -191,12 +191,14 @@ class _KeepChangelogs(Recovery):
         if entry is None or manifest.get("partition") != self.partition:  # type: ignore[union-attr]
             return super()._from_snapshot(history, version)  # (which names a manifest of another partition)
         try:
-            columns = read_snapshot_columns(self.durable, entry, os.path.join(self.columns_dir, COLUMNS_FILE))  # type: ignore[arg-type]
+            copy = ColumnsCopy(read_snapshot_columns(self.durable, entry, os.path.join(self.columns_dir, COLUMNS_FILE)))  # type: ignore[arg-type]
+            return copy, self._check_snapshot(history, version, copy)
         except (CorruptStateError, MissingStateError) as e:  # the snapshot's RocksDB files may serve
-            log.warning("partition %d: reading snapshot %d from its RocksDB files: %s", self.partition, version, e)
+            log.warning(
+                "partition %d: the columns file %s of snapshot %d cannot serve, its RocksDB files are read: %s",
+                self.partition, self.durable.uri(entry["durable"]), version, e,
+            )
             return super()._from_snapshot(history, version)
-        copy = ColumnsCopy(columns)
-        return copy, self._check_snapshot(history, version, copy)
 
     def _apply(self, history: DurableHistory, db: TransactionalDatabase, plan: RestorePlan) -> VersionId:
         self.kept, self.kept_records, self.writing = [], 0, False  # a listing again starts over
