@@ -221,6 +221,10 @@ class Overlay:
         if not changed and not self.ranges:
             return keys, values
         drop = pc.is_in(keys, value_set=binary_array(changed)) if changed else None
+        replaced = [self.written[k] for k in changed]
+        if drop is not None and not self.ranges and None not in replaced and pc.sum(drop).as_py() == len(changed):
+            # every changed key is in the chunk and still there: new values in place (both in key order)
+            return keys, pc.replace_with_mask(values, drop, binary_array(replaced))
         for lo, hi in self.ranges:
             inside = pc.and_(
                 pc.greater_equal(keys, pa.scalar(lo, pa.binary())), pc.less(keys, pa.scalar(hi, pa.binary()))
