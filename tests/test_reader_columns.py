@@ -413,3 +413,21 @@ def test_verify_names_a_damaged_columns_file(dirs):
         f.write(b"x")
     problems = verify_state(checkpoint).problems
     assert [p.what for p in problems] == ["snapshot of version 1"] and "COLUMNS.arrow" in problems[0].message
+
+
+def test_a_columns_file_above_the_memory_bound_is_not_read(dirs, monkeypatch):
+    """A columns file is read whole into memory: one larger than `COLUMNS_READ_BYTES` is
+    not used (the snapshot is restored and scanned, with the same rows)."""
+    import spark_statestore.partition.reading as reading
+    from spark_statestore.partition.columns_copy import ColumnsCopy
+
+    checkpoint, local = dirs
+    spec = _kv_state(checkpoint, local)
+    location = StateLocation.open(checkpoint)
+    with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
+        assert isinstance(bulk.db, ColumnsCopy)
+        expected = _bulk_records(bulk, spec, 64)
+    monkeypatch.setattr(reading, "COLUMNS_READ_BYTES", 0)
+    with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
+        assert not isinstance(bulk.db, ColumnsCopy)
+        assert _bulk_records(bulk, spec, 64) == expected == [(b"k%03d" % i, b"v1-%d" % i) for i in range(50)]

@@ -167,6 +167,9 @@ def uncommitted_version(state: StateLocation, partition: int, committed: int) ->
 
 
 MERGE_RECORDS = 1 << 20  # changelog records a bulk read merges in memory (beyond: written to its copy)
+# a snapshot's columns file is read whole into memory (every column family, decompressed:
+# a few times its size); a larger one is not used, the snapshot is restored and scanned
+COLUMNS_READ_BYTES = 64 << 20
 
 
 class _KeepChangelogs(Recovery):
@@ -188,7 +191,7 @@ class _KeepChangelogs(Recovery):
     def _from_snapshot(self, history: DurableHistory, version: int) -> tuple[Any, VersionId]:
         manifest = read_manifest(self.durable, version) if self.columns_dir is not None else None
         entry = None if manifest is None else columns_entry(manifest)
-        if entry is None or manifest.get("partition") != self.partition:  # type: ignore[union-attr]
+        if entry is None or entry["size"] > COLUMNS_READ_BYTES or manifest.get("partition") != self.partition:  # type: ignore[union-attr]
             return super()._from_snapshot(history, version)  # (which names a manifest of another partition)
         try:
             copy = ColumnsCopy(read_snapshot_columns(self.durable, entry, os.path.join(self.columns_dir, COLUMNS_FILE)))  # type: ignore[arg-type]
