@@ -7,6 +7,7 @@ verification share.
     set-aside changelog  <V>.<id>.changelog        below the base  changelog        checked
     metrics record       <V>.<id>.metrics          below the base  metrics          -
     snapshot manifest    snapshots/<V>.manifest    below the base  snapshot         restored
+    snapshot columns     snapshots/<V>/COLUMNS.arrow below the base snapshot        read whole
     snapshot file        snapshots/<V>/<file>      below the base  snapshot         restored
     shared SST file      sst/<sha256>-<size>.sst   unreferenced    snapshot         restored
     temporary            .tmp-<uuid>-<name>        stale           -                -
@@ -86,11 +87,12 @@ CHANGELOG = FileKind("changelog", "", names.CHANGELOG, _version, _BELOW, "change
 ASIDE = FileKind("set-aside changelog", "", names.ASIDE, _version_and_id, _BELOW, "changelog", True)
 METRICS = FileKind("metrics record", "", names.METRICS, _version_and_id, _BELOW, "metrics", False)
 MANIFEST = FileKind("snapshot manifest", names.SNAPSHOTS, names.MANIFEST, _version, _BELOW, "snapshot", True)
+COLUMNS = FileKind("snapshot columns", _OWN, names.COLUMNS, _whole, _BELOW, "snapshot", True)
 SNAPSHOT_FILE = FileKind("snapshot file", _OWN, names.SNAPSHOT_FILE, _whole, _BELOW, "snapshot", True)
 SHARED = FileKind("shared SST file", names.SHARED, names.SHARED_BASE, _whole, _UNREFERENCED, "snapshot", True)
 TEMPORARY = FileKind("temporary", "", _TEMPORARY, _whole, _STALE, None, False)
 
-KINDS = (CHANGELOG, ASIDE, METRICS, MANIFEST, SNAPSHOT_FILE, SHARED, TEMPORARY)
+KINDS = (CHANGELOG, ASIDE, METRICS, MANIFEST, COLUMNS, SNAPSHOT_FILE, SHARED, TEMPORARY)
 TOTALS = tuple(dict.fromkeys(kind.total for kind in KINDS if kind.total is not None))  # inspect's byte totals
 
 
@@ -122,6 +124,7 @@ def _scan(
 
 
 _ROOT = (CHANGELOG, ASIDE, METRICS, TEMPORARY)
+_OWN_KINDS = (COLUMNS, SNAPSHOT_FILE)  # a snapshot's folder: the columns file first (any plain name is a file)
 
 
 def _version_of(key: Any) -> int:
@@ -136,7 +139,7 @@ class PartitionFiles:
     found: Found  # the root's kinds and the manifests, by kind and key
     snapshot_dirs: list[int]  # versions with a folder of their own files (a manifest's, or a torn upload's)
     _shared: dict[str, pafs.FileInfo] | None = field(default=None, repr=False)
-    _own: dict[int, dict[str, pafs.FileInfo]] = field(default_factory=dict, repr=False)
+    _own: dict[int, Found] = field(default_factory=dict, repr=False)
 
     @staticmethod
     def read(durable: DurableDir) -> PartitionFiles:
@@ -183,11 +186,17 @@ class PartitionFiles:
         return self._shared
 
     def own_files(self, version: int) -> dict[str, pafs.FileInfo]:
-        """The snapshot of `version`'s own files by durable name (listed on first use)."""
+        """The snapshot of `version`'s own files (its columns file too) by durable name."""
+        return {name: info for found in self._own_kinds(version).values() for name, info in found.items()}
+
+    def _own_kinds(self, version: int) -> Found:
+        """The snapshot of `version`'s own files by kind, then durable name (listed on first use)."""
         if version not in self._own:
             folder = names.snapshot_dir(version)
-            found = _scan(self.durable, folder, (SNAPSHOT_FILE,), refuse=False)[0][SNAPSHOT_FILE]
-            self._own[version] = {f"{folder}/{name}": info for name, info in found.items()}
+            found = _scan(self.durable, folder, _OWN_KINDS, refuse=False)[0]
+            self._own[version] = {
+                kind: {f"{folder}/{name}": info for name, info in files.items()} for kind, files in found.items()
+            }
         return self._own[version]
 
     def below(self, base: int, kind: FileKind) -> list[str]:
@@ -216,7 +225,8 @@ class PartitionFiles:
 
     def _by_kind(self) -> dict[FileKind, list[pafs.FileInfo]]:
         listed = {kind: list(found.values()) for kind, found in self.found.items()}
-        listed[SNAPSHOT_FILE] = [info for v in self.snapshot_dirs for info in self.own_files(v).values()]
+        for kind in _OWN_KINDS:
+            listed[kind] = [info for v in self.snapshot_dirs for info in self._own_kinds(v)[kind].values()]
         listed[SHARED] = list(self.shared.values())
         return listed
 

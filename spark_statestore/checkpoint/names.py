@@ -42,6 +42,8 @@ ASIDE = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.changelog$")
 METRICS = re.compile(rf"^{_VERSION}\.([0-9a-f]{{16}})\.metrics$")
 MANIFEST = re.compile(rf"^{_VERSION}\.manifest$")
 SNAPSHOT_FILE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+COLUMNS_FILE = "COLUMNS.arrow"  # a snapshot's records as Arrow columns (snapshot_columns), among its own files
+COLUMNS = re.compile(rf"^{re.escape(COLUMNS_FILE)}$")
 SHARED_BASE = re.compile(r"^[0-9a-f]{32}-[0-9]{1,15}\.sst$")
 _BATCH_FACTS = re.compile(rf"^{_VERSION}\.json$")
 

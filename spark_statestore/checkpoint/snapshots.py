@@ -24,6 +24,7 @@ import shutil
 from typing import Callable
 
 from spark_statestore.checkpoint.filesystem import DurableDir
+from spark_statestore.checkpoint.snapshot_columns import COLUMNS_FILE
 from spark_statestore.checkpoint.names import (
     SHARED,
     is_shared_file,
@@ -136,6 +137,8 @@ def restore_snapshot(durable: DurableDir, version: int, destination: str, partit
     shutil.rmtree(destination, ignore_errors=True)
     os.makedirs(destination)
     for entry in manifest["files"]:
+        if entry["name"] == COLUMNS_FILE:  # for readers of every record (snapshot_columns), not for RocksDB
+            continue
         local = os.path.join(destination, entry["name"])  # a plain name: checked by read_manifest
         try:
             durable.download(entry["durable"], local)

@@ -4,7 +4,9 @@
 per record). A reader of the whole store needs none of that: the copy is private and
 nothing writes to it, so the store's column family is scanned with rocksdict's C-level
 key and value iterators in chunks, and each chunk becomes Arrow arrays in one C-level
-pass of Arrow's; changelogs come as Arrow arrays per block (`Changelog.write_columns`).
+pass of Arrow's, or, where the copy holds a snapshot unchanged, read from the snapshot's
+columns file (`checkpoint.snapshot_columns`: no scan at all); changelogs come as Arrow
+arrays per block (`Changelog.write_columns`).
 What comes out is what the store serves, in the same (key) order: every key of a
 key-value store; the live windows of a window store (`window_start` at or after its
 observed stream time minus its retention, data keys only: the store's bookkeeping keys
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from functools import partial
+from typing import Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_statestore.checkpoint.snapshot_columns import SnapshotColumns
 from spark_statestore.stores.rocksdb_scan import scan_chunks
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.stores.ttl import (
@@ -29,6 +33,7 @@ from spark_statestore.stores.ttl import (
 )
 
 CHUNK = 65_536
+Scan = Callable[["bytes | None", "bytes | None"], Iterator[tuple[pa.Array, pa.Array]]]  # (lo, hi): sorted chunks
 _INT32_LIMIT = 1 << 31
 
 
@@ -54,15 +59,17 @@ def binary_array(items: list) -> pa.Array:
 
 def store_columns(
     db: Any, spec: StoreSpec, chunk: int = CHUNK, changelogs: Sequence[Any] = (),
-    keys: tuple[bytes | None, bytes | None] = (None, None),
+    keys: tuple[bytes | None, bytes | None] = (None, None), snapshot: SnapshotColumns | None = None,
 ) -> Iterator[StoreColumns]:
     """The records of store `spec` in `db` (a loaded `TransactionalDatabase` nothing else
     writes to) with the verified `changelogs` after its version merged in, in key order,
     about `chunk` records at a time. `keys`: the stored keys `lo <= key < hi` (None: open)
     a key-value store's scan is limited to (a window store's is not: its keys lead with
-    the window's start, and its kind says which are live: `StoreKind.live_keys`)."""
+    the window's start, and its kind says which are live: `StoreKind.live_keys`).
+    `snapshot`: the columns of the snapshot `db` holds unchanged, read instead of
+    scanning `db` (see `checkpoint.snapshot_columns`)."""
     store = db.open_store(spec)  # checks the store's recorded kind against `spec`
-    cf = db.db.column_family(spec.name)
+    scan = _scan(db, spec.name, chunk) if snapshot is None else partial(snapshot.chunks, spec.name)
     overlay = Overlay.of(changelogs, spec.name)
     kind = spec.store_kind
     live = kind.live_keys(spec, store, overlay.latest)
@@ -73,16 +80,22 @@ def store_columns(
         clock = overlay.latest(CLOCK_KEY, store.get(CLOCK_KEY))
         pending = overlay.latest(PENDING_KEY, store.get(PENDING_KEY))
         yield from _ttl_columns(
-            cf, overlay, (clock, pending), chunk, ENTRY + (lo or b""), INDEX if hi is None else ENTRY + hi
+            scan, overlay, (clock, pending), ENTRY + (lo or b""), INDEX if hi is None else ENTRY + hi
         )
         return
-    for stored, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
+    for stored, values in overlay.merge(scan(lo, hi), lo, hi):
         user_keys, parts = kind.key_columns(spec, stored)
         yield StoreColumns(user_keys, values, parts)
 
 
+def _scan(db: Any, name: str, chunk: int) -> Scan:
+    """Scans of column family `name` of a loaded `TransactionalDatabase`, as binary arrays."""
+    cf = db.db.column_family(name)
+    return lambda lo, hi: ((binary_array(k), binary_array(v)) for k, v in scan_chunks(cf, lo, hi, chunk))
+
+
 def _ttl_columns(
-    cf: Any, overlay: "Overlay", times: tuple[bytes | None, bytes | None], chunk: int, lo: bytes, hi: bytes
+    scan: Scan, overlay: "Overlay", times: tuple[bytes | None, bytes | None], lo: bytes, hi: bytes
 ) -> Iterator[StoreColumns]:
     """A TTL store's live entries between its stored keys `lo` and `hi` (`times`: its stored
     clock and pending expiry, None: not recorded), as `TtlKeyValueStore` reads them: an
@@ -92,7 +105,7 @@ def _ttl_columns(
     now_b = time_bytes(-1) if clock is None else clock[:8]
     now = pa.scalar(now_b, pa.binary())
     pending_live = live_pending(pending, now_b)
-    for keys, values in overlay.merge(scan_chunks(cf, lo, hi, chunk), lo, hi):
+    for keys, values in overlay.merge(scan(lo, hi), lo, hi):
         expiries = pc.binary_slice(values, 0, 8)
         live = pc.greater(expiries, now)
         if pending_live:
@@ -140,15 +153,15 @@ class Overlay:
         return snapshot
 
     def merge(
-        self, chunks: Iterator[tuple[list, list]], lo: bytes | None, hi: bytes | None
+        self, chunks: Iterator[tuple[pa.Array, pa.Array]], lo: bytes | None, hi: bytes | None
     ) -> Iterator[tuple[pa.Array, pa.Array]]:
         """Sorted `(keys, values)` chunks of the snapshot with the overlay merged in, as
         binary arrays in key order, restricted to `lo <= key < hi` (None: open)."""
         ordered = sorted(k for k in self.written if (lo is None or k >= lo) and (hi is None or k < hi))
         done = 0
         for keys, values in chunks:
-            upto = bisect_right(ordered, keys[-1], done)
-            merged = self._merge_chunk(binary_array(keys), binary_array(values), ordered[done:upto])
+            upto = bisect_right(ordered, keys[-1].as_py(), done)
+            merged = self._merge_chunk(keys, values, ordered[done:upto])
             done = upto
             if len(merged[0]):
                 yield merged
@@ -163,6 +176,10 @@ class Overlay:
         if not changed and not self.ranges:
             return keys, values
         drop = pc.is_in(keys, value_set=binary_array(changed)) if changed else None
+        replaced = [self.written[k] for k in changed]
+        if drop is not None and not self.ranges and None not in replaced and pc.sum(drop).as_py() == len(changed):
+            # every changed key is in the chunk and still there: new values in place (both in key order)
+            return keys, pc.replace_with_mask(values, drop, binary_array(replaced))
         for lo, hi in self.ranges:
             inside = pc.and_(
                 pc.greater_equal(keys, pa.scalar(lo, pa.binary())), pc.less(keys, pa.scalar(hi, pa.binary()))

@@ -10,6 +10,7 @@ that has not committed (yet).
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -21,6 +22,8 @@ import pyarrow.fs as pafs
 from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.files import PartitionFiles
+from spark_statestore.checkpoint.snapshot_columns import COLUMNS_FILE, columns_entry, read_snapshot_columns
+from spark_statestore.checkpoint.snapshots import read_manifest
 from spark_statestore.checkpoint.names import (
     changelog_name,
     commits_dir,
@@ -31,6 +34,7 @@ from spark_statestore.checkpoint.names import (
 )
 from spark_statestore.errors import CorruptStateError, MissingStateError, StateStoreError
 from spark_statestore.kinds.build import build_store
+from spark_statestore.partition.columns_copy import ColumnsCopy, NeedsCopy
 from spark_statestore.partition.columnar import CHUNK, ChangeColumns, StoreColumns, changelog_columns, store_columns
 from spark_statestore.partition.generations import serving
 from spark_statestore.partition.layout import Layout, read_query_layout
@@ -45,6 +49,8 @@ from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.txn.apply import DEFAULT_CHUNK_BYTES
 from spark_statestore.txn.database import TransactionalDatabase
+
+log = logging.getLogger(__name__)
 
 
 class NoStateError(StateStoreError):
@@ -158,19 +164,42 @@ def uncommitted_version(state: StateLocation, partition: int, committed: int) ->
 
 
 MERGE_RECORDS = 1 << 20  # changelog records a bulk read merges in memory (beyond: written to its copy)
+# a snapshot's columns file is read whole into memory (every column family, decompressed:
+# a few times its size); a larger one is not used, the snapshot is restored and scanned
+COLUMNS_READ_BYTES = 64 << 20
 
 
 class _KeepChangelogs(Recovery):
     """A `Recovery` that verifies the changelogs after its base (the same plan and checks)
     and keeps up to `limit` of their records aside instead of writing them; past that it
-    writes what it kept, in order, and every later changelog (memory stays bounded)."""
+    writes what it kept, in order, and every later changelog (memory stays bounded).
+    With `columns_dir`, a snapshot with a columns file is not restored: the file is
+    downloaded there and stands in for the copy (`ColumnsCopy`, checked the same way; a
+    read that must write raises `NeedsCopy`)."""
 
-    def __init__(self, *args: Any, limit: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limit: int, columns_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limit = limit
+        self.columns_dir = columns_dir
         self.kept: list[tuple[Changelog, VersionId, str]] = []
         self.kept_records = 0
         self.writing = False
+
+    def _from_snapshot(self, history: DurableHistory, version: int) -> tuple[Any, VersionId]:
+        durable, partition = self.place.durable, self.place.partition
+        manifest = read_manifest(durable, version) if self.columns_dir is not None else None
+        entry = None if manifest is None else columns_entry(manifest)
+        if entry is None or entry["size"] > COLUMNS_READ_BYTES or manifest.get("partition") != partition:  # type: ignore[union-attr]
+            return super()._from_snapshot(history, version)  # (which names a manifest of another partition)
+        try:
+            copy = ColumnsCopy(read_snapshot_columns(durable, entry, os.path.join(self.columns_dir, COLUMNS_FILE)))  # type: ignore[arg-type]
+            return copy, self._check_snapshot(history, version, copy)
+        except (CorruptStateError, MissingStateError) as e:  # the snapshot's RocksDB files may serve
+            log.warning(
+                "partition %d: the columns file %s of snapshot %d cannot serve, its RocksDB files are read: %s",
+                partition, durable.uri(entry["durable"]), version, e,
+            )
+            return super()._from_snapshot(history, version)
 
     def _apply(self, history: DurableHistory, db: TransactionalDatabase, plan: RestorePlan) -> VersionId:
         self.kept, self.kept_records, self.writing = [], 0, False  # a listing again starts over
@@ -183,6 +212,8 @@ class _KeepChangelogs(Recovery):
             self.kept.append((changelog, applied, where))
             self.kept_records += changelog.records
             return
+        if isinstance(db, ColumnsCopy):
+            raise NeedsCopy(f"{where}: more changelog records than a read merges ({self.limit}) follow {db.path}")
         self.writing = True
         for kept in self.kept:
             super()._write_changelog(db, *kept)
@@ -211,28 +242,22 @@ class VersionReader:
         self.version = version
         self.committed = committed  # the newest committed version (Recovery.load)
         self._workdir = tempfile.mkdtemp(prefix="statestore-reader-", dir=workdir)
-        self.db: TransactionalDatabase | None = None
+        self.db: TransactionalDatabase | ColumnsCopy | None = None  # ColumnsCopy: a snapshot's, unchanged
         self.loaded: VersionId | None = None
         self.merge_records = merge_records
         self.pending: list[Changelog] = []  # verified changelogs not written to `db`, in order
+        self._history: DurableHistory | None = None
 
     def __enter__(self) -> "VersionReader":
-        local = LocalPartitionDir(self._workdir, self.state.location, self.partition)
-        layout = Layout(self.state.layout.stores, None)
-        place = PartitionPlace(self.state.location, self.partition, layout, self.state.durable(self.partition), local)
-        recovery = _KeepChangelogs(
-            place,
-            lambda: TransactionalDatabase(local.db_path, wal=False, uncommitted_max_bytes=-1, replayable=True),
-            PartitionMetrics(),
-            chunk_bytes=DEFAULT_CHUNK_BYTES,
-            limit=self.merge_records,
-        )
         try:
-            self.db, self.loaded = recovery.load(self.version, self.committed)
-            self.pending = [changelog for changelog, _, _ in recovery.kept]
+            try:
+                self._load(self.merge_records > 0)
+            except NeedsCopy:
+                self._load(False)
             if self.committed is not None and self.committed > self.version:  # time travel
-                cast(DurableHistory, recovery.history).check_chain(self.loaded, self.committed)
+                cast(DurableHistory, self._history).check_chain(self.loaded, self.committed)
         except MissingStateError as e:
+            self.__exit__()
             changelogs, snapshots = self.state.versions(self.partition)
             raise MissingStateError(
                 f"version {self.version} of partition {self.partition} of {self.state.location} cannot be read "
@@ -243,11 +268,28 @@ class VersionReader:
             raise
         return self
 
+    def _load(self, columns: bool) -> None:
+        """Rebuild the version (from a snapshot's columns file where `columns` and it has one)."""
+        local = LocalPartitionDir(self._workdir, self.state.location, self.partition)
+        layout = Layout(self.state.layout.stores, None)
+        place = PartitionPlace(self.state.location, self.partition, layout, self.state.durable(self.partition), local)
+        recovery = _KeepChangelogs(
+            place,
+            lambda: TransactionalDatabase(local.db_path, wal=False, uncommitted_max_bytes=-1, replayable=True),
+            PartitionMetrics(),
+            chunk_bytes=DEFAULT_CHUNK_BYTES,
+            limit=self.merge_records,
+            columns_dir=self._workdir if columns else None,
+        )
+        self.db, self.loaded = recovery.load(self.version, self.committed)
+        self.pending = [changelog for changelog, _, _ in recovery.kept]
+        self._history = recovery.history
+
     def records(self, spec: StoreSpec) -> Iterator[tuple[Any, ...]]:
         """`(key bytes, value bytes)` of a key-value store, or `(key, value, window_start)`
         of a window store (live windows only, as the store serves them)."""
-        if self.pending:
-            raise StateStoreError("records() reads a copy with its changelogs written (merge_records=0)")
+        if self.pending or isinstance(self.db, ColumnsCopy):
+            raise StateStoreError("records() reads a restored copy with its changelogs written (merge_records=0)")
         store = build_store(spec, self._loaded())  # TTL: live entries, on the version's clock
         yield from spec.store_kind.records(store)
 
@@ -256,9 +298,11 @@ class VersionReader:
     ) -> Iterator[StoreColumns]:
         """The same records as `records`, in the same order, as Arrow columns `chunk`
         records at a time, read in bulk (see `columnar`; `keys`: `store_columns`' range)."""
-        return store_columns(self._loaded(), spec, chunk, self.pending, keys)
+        db = self._loaded()
+        snapshot = db.columns if isinstance(db, ColumnsCopy) else None
+        return store_columns(db, spec, chunk, self.pending, keys, snapshot)
 
-    def _loaded(self) -> TransactionalDatabase:
+    def _loaded(self) -> Any:
         if self.db is None:
             raise StateStoreError("the version is not loaded (use VersionReader as a context manager)")
         return self.db

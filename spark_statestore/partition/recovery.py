@@ -198,6 +198,11 @@ class Recovery:
         """Restore the snapshot of `version` and open it, checked: layout, version, identity."""
         restore_snapshot(self.place.durable, version, self.place.local.db_path, self.place.partition)
         db = self._open_db()
+        return db, self._check_snapshot(history, version, db)
+
+    def _check_snapshot(self, history: DurableHistory, version: int, db: Any) -> VersionId:
+        """The version a snapshot's opened database `db` holds, checked: layout, version,
+        identity (`db` is closed where a check fails)."""
         try:
             meta = PartitionMetadata(db)
             self._check_layout(meta, f"snapshot {version}")
@@ -210,7 +215,7 @@ class Recovery:
         except BaseException:
             db.close()
             raise
-        return db, committed
+        return committed
 
     def _check_layout(self, meta: PartitionMetadata, where: str) -> None:
         recorded = meta.layout()

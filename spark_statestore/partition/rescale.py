@@ -36,6 +36,7 @@ import pyarrow.fs as pafs
 
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.names import generation_dir, partition_dir
+from spark_statestore.checkpoint.snapshot_columns import verify_and_write_columns
 from spark_statestore.checkpoint.snapshots import upload_snapshot
 from spark_statestore.errors import StateStoreError
 from spark_statestore.faults import fault_point
@@ -46,7 +47,6 @@ from spark_statestore.partition.metadata import PartitionMetadata, VersionId
 from spark_statestore.partition.reading import StateLocation, VersionReader
 from spark_statestore.partition.rescale_claim import RescaleClaim, process_alive
 from spark_statestore.partition.spark_log import QueryMayBeRunningError, newest_planned_batch, spark_partitions
-from spark_statestore.stores.rocksdb import verify_database
 from spark_statestore.txn.database import TransactionalDatabase
 
 _CHUNK = 50_000  # raw entries routed at a time
@@ -317,7 +317,7 @@ def _publish(
     meta.record_snapshot(generation.base)
     checkpoint = os.path.join(scratch, f"snapshot-{partition}")
     db.checkpoint(checkpoint)
-    upload_snapshot(durable, checkpoint, generation.base, partition, ident, verify_database)
+    upload_snapshot(durable, checkpoint, generation.base, partition, ident, verify_and_write_columns)
     shutil.rmtree(checkpoint, ignore_errors=True)
 
 

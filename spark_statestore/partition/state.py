@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence, cast
 
 import pyarrow.fs as pafs
 
+from spark_statestore.checkpoint.snapshot_columns import verify_and_write_columns
 from spark_statestore.checkpoint.changelog import ChangelogWriter, publish_changelog
 from spark_statestore.checkpoint.changelog_header import ChangelogHeader
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
@@ -51,7 +52,6 @@ from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.partition.stats import PartitionMetrics
 from spark_statestore.partition.task_records import write_task_record
 from spark_statestore.partition.uploads import SnapshotSchedule, Uploader
-from spark_statestore.stores.rocksdb import verify_database
 from spark_statestore.stores.ttl import advance_clocks
 from spark_statestore.txn.database import TransactionalDatabase
 from spark_statestore.validation import check_instance, check_int, check_iterable
@@ -113,7 +113,7 @@ class PartitionState:
             interval=self.options.snapshot_interval,
             min_batches_to_retain=self.options.min_batches_to_retain,
             retention_grace_seconds=self.options.retention_grace_seconds,
-            verify=verify_database,
+            verify=verify_and_write_columns,
         )
         self._own_uploader = resources.uploader is None
         self.uploader = resources.uploader or Uploader()

@@ -326,37 +326,3 @@ class RocksDatabase:
 
     def __repr__(self) -> str:
         return f"<RocksDatabase {self.path} wal={self.wal} {'open' if self._open_flag else 'closed'}>"
-
-
-def verify_database(path: str) -> None:
-    """Read every entry of every column family of the database at `path` (a checkpoint,
-    say) with checksums on; raise `CorruptStateError` naming the file RocksDB cannot read."""
-    opts = rocksdict.Options(raw_mode=True)
-    try:
-        names = rocksdict.Rdict.list_cf(path, opts)
-        families = {n: rocksdict.Options(raw_mode=True) for n in names if n != DEFAULT_COLUMN_FAMILY}
-        db = rocksdict.Rdict(path, opts, column_families=families, access_type=rocksdict.AccessType.read_only())
-    except Exception as e:
-        raise CorruptStateError(f"cannot open the RocksDB database at {path} to verify it: {e}") from e
-    read = rocksdict.ReadOptions()
-    read.set_verify_checksums(True)
-    read.fill_cache(False)
-    cfs = []
-    try:
-        for name in names:
-            cf = db if name == DEFAULT_COLUMN_FAMILY else db.get_column_family(name)
-            cfs.append(cf)
-            it = cf.iter(read)
-            it.seek_to_first()
-            while it.valid():
-                it.next()
-            try:
-                it.status()
-            except Exception as e:
-                raise CorruptStateError(f"RocksDB cannot read column family {name!r} of {path}: {e}") from e
-            del it
-    finally:
-        for cf in cfs[::-1]:
-            if cf is not db:
-                cf.close()
-        db.close()

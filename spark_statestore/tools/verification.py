@@ -13,7 +13,8 @@ from spark_statestore.checkpoint.changelog import Changelog
 from spark_statestore.checkpoint.filesystem import DurableDir, NotAFileError, resolve_location
 from spark_statestore.checkpoint.files import PartitionFiles
 from spark_statestore.checkpoint.names import QUERY_LAYOUT, statestore_dir
-from spark_statestore.checkpoint.snapshots import restore_snapshot
+from spark_statestore.checkpoint.snapshot_columns import COLUMNS_FILE, columns_entry, read_snapshot_columns
+from spark_statestore.checkpoint.snapshots import read_manifest, restore_snapshot
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.reading import NoStateError, StateLocation, VersionReader
 from spark_statestore.partition.spark_log import newest_planned_batch, spark_partitions
@@ -139,6 +140,9 @@ def _verify_partition(
         report.snapshots += 1
         try:
             restore_snapshot(durable, version, os.path.join(scratch, "snapshot"), partition)
+            entry = columns_entry(read_manifest(durable, version))  # not restored: RocksDB does not need it
+            if entry is not None:
+                read_snapshot_columns(durable, entry, os.path.join(scratch, COLUMNS_FILE))
         except (StateStoreError, OSError) as e:
             report.problems.append(Problem(partition, f"snapshot of version {version}", str(e)))
     committed = report.committed_batch

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shutil
 
 import partition_workload as wl
 import pyarrow as pa
@@ -270,3 +271,160 @@ def test_values_of_older_schema_versions_are_upgraded_by_the_bulk_reader(dirs):
             decoded = [row for chunk in bulk.columns(spec, 8) for row in decode_arrow(column, chunk.values).to_pylist()]
         assert decoded == expected
     assert versions == {b"\x01\x00", b"\x02\x00"}  # both versions were read
+
+
+def _snapshot_columns_file(checkpoint: str, version: int) -> tuple[str, str, dict]:
+    """The local path of partition 0's columns file of snapshot `version`, its manifest's
+    path, and the manifest."""
+    import json
+
+    from spark_statestore.checkpoint.snapshot_columns import COLUMNS_FILE
+
+    root = os.path.join(checkpoint, "statestore", "0")
+    manifest_path = os.path.join(root, "snapshots", f"{version}.manifest")
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    entry = next(e for e in manifest["files"] if e["name"] == COLUMNS_FILE)
+    return os.path.join(root, entry["durable"]), manifest_path, manifest
+
+
+def _kv_state(checkpoint: str, local: str) -> StoreSpec:
+    """Batches 0..2 of a key-value store with a snapshot of every version."""
+    spec = StoreSpec.key_value("kv")
+    record_query_layout(checkpoint, Layout.of([spec], 1))
+    for batch in range(3):
+        state = PartitionState(checkpoint, 0, [spec], WorkerResources(local), PartitionOptions(snapshot_interval=1))
+        state.open(batch)
+        for i in range(50):
+            state.store("kv").put(b"k%03d" % i, b"v%d-%d" % (batch, i))
+        state.prepare()
+        state.close()
+        state.wait_for_snapshots()
+    return spec
+
+
+def test_a_snapshot_read_in_bulk_is_read_from_its_columns_file(dirs):
+    """The bulk read of a version that is a snapshot reads the snapshot's columns file, not
+    RocksDB: a columns file rewritten (manifest and all) with another value is what it
+    reads, so the equality tests above cover that path."""
+    import hashlib
+    import json
+
+    import pyarrow.ipc as ipc
+
+    checkpoint, local = dirs
+    spec = _kv_state(checkpoint, local)
+    path, manifest_path, manifest = _snapshot_columns_file(checkpoint, 1)
+    reader = ipc.open_file(pa.memory_map(path))
+    batches = [reader.get_batch_with_custom_metadata(i) for i in range(reader.num_record_batches)]
+    with ipc.new_file(path + ".new", reader.schema) as writer:
+        for batch, meta in batches:
+            if meta[b"column_family"] == b"kv":
+                values = batch.column(1).to_pylist()
+                values[0] = b"changed"
+                batch = pa.record_batch([batch.column(0), pa.array(values, pa.binary())], schema=batch.schema)
+            writer.write_batch(batch, custom_metadata=meta)
+    os.replace(path + ".new", path)
+    entry = next(e for e in manifest["files"] if e["durable"].endswith("COLUMNS.arrow"))
+    with open(path, "rb") as f:
+        entry["sha256"], entry["size"] = hashlib.sha256(f.read()).hexdigest(), os.path.getsize(path)
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f)
+    location = StateLocation.open(checkpoint)
+    with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
+        assert _bulk_records(bulk, spec, 64)[0] == (b"k000", b"changed")
+    with VersionReader(location, 0, 1, 2) as per_record:  # the database's records, as ever
+        assert next(iter(per_record.records(spec))) == (b"k000", b"v1-0")
+
+
+@pytest.mark.parametrize("damage", ["bytes", "order", "gone", "another version's"])
+def test_a_damaged_columns_file_is_passed_over_for_the_snapshots_database(dirs, damage, caplog):
+    """A columns file whose bytes differ from its manifest's SHA-256, whose keys are out of
+    order (a crafted file with a manifest to match), that is gone, or that is another
+    version's (with a manifest to match: its recorded version is checked), is not read: the
+    snapshot's RocksDB files serve the read (the same rows), with a warning naming it."""
+    import hashlib
+    import json
+    import logging
+
+    import pyarrow.ipc as ipc
+
+    checkpoint, local = dirs
+    spec = _kv_state(checkpoint, local)
+    path, manifest_path, manifest = _snapshot_columns_file(checkpoint, 1)
+    if damage == "bytes":
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    elif damage == "gone":
+        os.remove(path)
+    else:
+        if damage == "order":
+            keys = pa.array([b"b", b"a"], pa.binary())
+            schema = pa.schema([("key", pa.binary()), ("value", pa.binary())])
+            with ipc.new_file(path, schema) as writer:
+                writer.write_batch(
+                    pa.record_batch([keys, keys], schema=schema), custom_metadata={b"column_family": b"kv"}
+                )
+        else:
+            shutil.copyfile(_snapshot_columns_file(checkpoint, 0)[0], path)
+        entry = next(e for e in manifest["files"] if e["durable"].endswith("COLUMNS.arrow"))
+        with open(path, "rb") as f:
+            entry["sha256"], entry["size"] = hashlib.sha256(f.read()).hexdigest(), os.path.getsize(path)
+        with open(manifest_path, "w") as f:
+            json.dump(manifest, f)
+    location = StateLocation.open(checkpoint)
+    with caplog.at_level(logging.WARNING, logger="spark_statestore.partition.reading"):
+        with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
+            rows = _bulk_records(bulk, spec, 64)
+    assert rows == [(b"k%03d" % i, b"v1-%d" % i) for i in range(50)]
+    assert "COLUMNS.arrow" in caplog.text and "snapshot 1" in caplog.text
+
+
+def test_a_read_that_must_write_changelogs_restores_the_snapshot_after_all(dirs):
+    """Where more changelog records follow a snapshot than a read merges in memory, the
+    columns file cannot stand in for the copy (nothing can be written to it): the read is
+    made from the restored copy, with the same rows."""
+    checkpoint, local = dirs
+    spec = _kv_state(checkpoint, local)
+    location = StateLocation.open(checkpoint)
+    with VersionReader(location, 0, 2, 2) as per_record:
+        expected = list(per_record.records(spec))
+    with VersionReader(location, 0, 2, 2, merge_records=10) as bulk:  # 50 records follow snapshot 1
+        assert _bulk_records(bulk, spec, 7) == expected
+    assert expected == [(b"k%03d" % i, b"v2-%d" % i) for i in range(50)]
+
+
+def test_verify_names_a_damaged_columns_file(dirs):
+    """`python -m spark_statestore verify` checks a snapshot's columns file too (a restore
+    of the database does not download it)."""
+    from spark_statestore.tools.verification import verify_state
+
+    checkpoint, local = dirs
+    _kv_state(checkpoint, local)
+    assert not verify_state(checkpoint).problems
+    path, _, _ = _snapshot_columns_file(checkpoint, 1)
+    with open(path, "ab") as f:
+        f.write(b"x")
+    problems = verify_state(checkpoint).problems
+    assert [p.what for p in problems] == ["snapshot of version 1"] and "COLUMNS.arrow" in problems[0].message
+
+
+def test_a_columns_file_above_the_memory_bound_is_not_read(dirs, monkeypatch):
+    """A columns file is read whole into memory: one larger than `COLUMNS_READ_BYTES` is
+    not used (the snapshot is restored and scanned, with the same rows)."""
+    import spark_statestore.partition.reading as reading
+    from spark_statestore.partition.columns_copy import ColumnsCopy
+
+    checkpoint, local = dirs
+    spec = _kv_state(checkpoint, local)
+    location = StateLocation.open(checkpoint)
+    with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
+        assert isinstance(bulk.db, ColumnsCopy)
+        expected = _bulk_records(bulk, spec, 64)
+    monkeypatch.setattr(reading, "COLUMNS_READ_BYTES", 0)
+    with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
+        assert not isinstance(bulk.db, ColumnsCopy)
+        assert _bulk_records(bulk, spec, 64) == expected == [(b"k%03d" % i, b"v1-%d" % i) for i in range(50)]

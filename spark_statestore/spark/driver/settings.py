@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 from spark_statestore.checkpoint import object_store
 from spark_statestore.checkpoint.object_store import S3Settings
 from spark_statestore.partition.options import PartitionOptions
+from spark_statestore.spark.reader.options import parse_bool, parse_int  # noqa: F401  (also this module's)
 from spark_statestore.spark.driver.slots import session_task_slots, share_per_task, task_cpus
 from spark_statestore.spark.signals import SECRET_KEY, TARGET_KEY
 from spark_statestore.txn.database import DEFAULT_UNCOMMITTED_MAX_BYTES
@@ -37,8 +38,6 @@ ADMISSION = "spark.statestore.earlyTrigger.admission"
 LOCAL_MAX_IDLE = "spark.statestore.localCopy.maxIdleSeconds"
 KEEP_OPEN_PARTITIONS = "spark.statestore.keepOpen.partitions"
 KEEP_OPEN_IDLE = "spark.statestore.keepOpen.idleSeconds"
-_BOOLEANS = {"true": True, "false": False}
-_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only; 30 of them is far beyond any setting
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
 _SIZE = re.compile(r"^\s*(-?[0-9]{1,30})\s*([a-zA-Z]*)\s*$")
@@ -54,25 +53,6 @@ def parse_bytes(key: str, value: str, minimum: int) -> int:
     if number < minimum:
         raise ValueError(f"{key} must be at least {minimum}, got {value!r}")
     return number
-
-
-def parse_int(key: str, value: str, minimum: int) -> int:
-    """An integer in ASCII digits, with an optional sign and surrounding spaces (Python's
-    `int` would also take `3_0` as 30 and other scripts' digits)."""
-    text = str(value).strip()
-    if not _INTEGER.fullmatch(text):
-        raise ValueError(f"{key} must be an integer, got {value!r}")
-    number = int(text)
-    if number < minimum:
-        raise ValueError(f"{key} must be at least {minimum}, got {value!r}")
-    return number
-
-
-def parse_bool(key: str, value: str) -> bool:
-    found = _BOOLEANS.get(str(value).strip().lower())
-    if found is None:
-        raise ValueError(f"{key} must be true or false, got {value!r}")
-    return found
 
 
 def parse_port(key: str, value: str) -> int:

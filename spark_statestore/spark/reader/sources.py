@@ -1,9 +1,11 @@
-"""The data sources and their registration in a session."""
+"""The data sources, the state reader's work past its light checks (`options`), and their
+registration in a session."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
@@ -14,63 +16,56 @@ from spark_statestore.spark.reader.columns import change_schema, record_schema
 from spark_statestore.spark.reader.metadata import METADATA_SCHEMA, MetadataReader
 from spark_statestore.spark.reader.metrics import MetricsDataSource
 from spark_statestore.spark.reader.records import RecordsReader
-from spark_statestore.spark.reader.request import (
+from spark_statestore.spark.reader import options as options_module
+from spark_statestore.spark.reader.options import (
     FORMAT,
     METADATA_FORMAT,
     RANGE_OPTIONS,
     STREAM_OPTIONS,
-    ReadRequest,
+    StateStoreDataSource,
     bool_option,
     check_option_names,
     option,
     refuse_options,
 )
+from spark_statestore.spark.reader.request import ReadRequest
 from spark_statestore.spark.reader.stream import ChangeStreamReader
 
 ADMISSION_OPTIONS = ("maxBatchesPerTrigger", "maxRowsPerTrigger")
 
 
-class StateStoreDataSource(DataSource):
-    """`format("spark_statestore")`: the records or the change feed of one store."""
+def read_schema(options: Any) -> StructType:
+    """`StateStoreDataSource.schema` past its light checks: the store's rows' schema, every
+    option of a batch read checked (the versions against the state)."""
+    request = ReadRequest.of(options)
+    if bool_option(options, "readChangeFeed"):
+        if option(options, "changeStartBatchId") is not None:
+            change_range(request)
+        return change_schema(request.spec)
+    schema = record_schema(request.spec)
+    RecordsReader(request, schema)
+    return schema
 
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
 
-    def _request(self) -> ReadRequest:
-        return ReadRequest.of(self.options)
+def batch_reader(options: Any, schema: StructType) -> DataSourceReader:
+    """The reader of the records, or of the changes with `readChangeFeed`."""
+    request = ReadRequest.of(options)
+    if bool_option(options, "readChangeFeed"):
+        refuse_options(options, STREAM_OPTIONS, "applies to a stream (readStream); a batch read of changes "
+                       "takes changeStartBatchId and changeEndBatchId")
+        return ChangeFeedReader(request, schema)
+    return RecordsReader(request, schema)
 
-    def _change_feed(self) -> bool:
-        return bool_option(self.options, "readChangeFeed")
 
-    def schema(self) -> StructType:
-        """The rows' schema; called on the driver by `load()`, so every option of a batch
-        read is checked there, before an action runs a task."""
-        request = self._request()
-        if self._change_feed():
-            if option(self.options, "changeStartBatchId") is not None:
-                change_range(request)
-            return change_schema(request.spec)
-        schema = record_schema(request.spec)
-        RecordsReader(request, schema)
-        return schema
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        request = self._request()
-        if self._change_feed():
-            refuse_options(self.options, STREAM_OPTIONS, "applies to a stream (readStream); a batch read of changes "
-                           "takes changeStartBatchId and changeEndBatchId")
-            return ChangeFeedReader(request, schema)
-        return RecordsReader(request, schema)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        if not self._change_feed():
-            raise ValueError(
-                f"a stream of {FORMAT} is the stream of committed changes: add .option('readChangeFeed', 'true')"
-            )
-        refuse_options(self.options, RANGE_OPTIONS, "applies to a batch read of changes; a stream starts at "
-                       "startingBatchId and reads every batch committed after it")
-        return change_stream_reader(self._request(), schema)
+def stream_reader(options: Any, schema: StructType) -> DataSourceStreamReader:
+    """The stream of committed changes (`readChangeFeed` is required)."""
+    if not bool_option(options, "readChangeFeed"):
+        raise ValueError(
+            f"a stream of {FORMAT} is the stream of committed changes: add .option('readChangeFeed', 'true')"
+        )
+    refuse_options(options, RANGE_OPTIONS, "applies to a batch read of changes; a stream starts at "
+                   "startingBatchId and reads every batch committed after it")
+    return change_stream_reader(ReadRequest.of(options), schema)
 
 
 def change_stream_reader(request: ReadRequest, schema: StructType) -> DataSourceStreamReader:
@@ -122,6 +117,7 @@ def register_reader(spark: Any) -> None:
     reader while that setting is off."""
     if compat.FACTS.reader_filter_pushdown:
         spark.conf.set(compat.FILTER_PUSHDOWN_CONF, "true")
+    cloudpickle.register_pickle_by_value(options_module)  # see `options`
     with compat.active_session(spark):
         spark.dataSource.register(StateStoreDataSource)
         spark.dataSource.register(StateMetadataDataSource)
