@@ -21,8 +21,9 @@ snapshot's folder when it reads it). A metrics record is read leniently (`partit
 one is skipped and named), so `verify` leaves it alone. A new kind of file is a row here: retention, `inspect` and `verify`
 take it from the table.
 
-A listing reads the partition's root and `snapshots/` once each; `sst/` and a snapshot's own
-folder are read when first asked for, once each.
+A listing reads the partition's root; `snapshots/`, `sst/` and a snapshot's own folder are
+read when first asked for, once each (an open whose local copy the root's changelogs bring
+to the wanted version never lists `snapshots/`: on an object store a LIST per batch saved).
 """
 
 from __future__ import annotations
@@ -136,46 +137,60 @@ class PartitionFiles:
     """The durable files of one partition as one listing shows them (see module docstring)."""
 
     durable: DurableDir
-    found: Found  # the root's kinds and the manifests, by kind and key
-    snapshot_dirs: list[int]  # versions with a folder of their own files (a manifest's, or a torn upload's)
+    root: Found  # the root's kinds, by kind and key
+    _manifests: tuple[Found, list[int]] | None = field(default=None, repr=False)
     _shared: dict[str, pafs.FileInfo] | None = field(default=None, repr=False)
     _own: dict[int, Found] = field(default_factory=dict, repr=False)
 
     @staticmethod
     def read(durable: DurableDir) -> PartitionFiles:
-        """List the partition's root and `snapshots/` (once each)."""
-        root, _ = _scan(durable, "", _ROOT)
-        snapshots, folders = _scan(durable, names.SNAPSHOTS, (MANIFEST,))
-        dirs = (names.number_of(name) for name in folders)
-        return PartitionFiles(durable, {**root, **snapshots}, sorted(v for v in dirs if v is not None))
+        """List the partition's root (`snapshots/`: on first use)."""
+        return PartitionFiles(durable, _scan(durable, "", _ROOT)[0])
+
+    def _snapshots_listed(self) -> tuple[Found, list[int]]:
+        if self._manifests is None:
+            found, folders = _scan(self.durable, names.SNAPSHOTS, (MANIFEST,))
+            dirs = (names.number_of(name) for name in folders)
+            self._manifests = found, sorted(v for v in dirs if v is not None)
+        return self._manifests
+
+    @property
+    def found(self) -> Found:
+        """The root's kinds and the manifests, by kind and key (`snapshots/` listed)."""
+        return {**self.root, **self._snapshots_listed()[0]}
+
+    @property
+    def snapshot_dirs(self) -> list[int]:
+        """Versions with a folder of their own files (a manifest's, or a torn upload's)."""
+        return self._snapshots_listed()[1]
 
     @property
     def changelogs(self) -> dict[int, pafs.FileInfo]:
         """The changelogs by version."""
-        return self.found[CHANGELOG]
+        return self.root[CHANGELOG]
 
     @property
     def asides(self) -> dict[int, dict[int, pafs.FileInfo]]:
         """The set-aside changelogs by version, then by changelog id."""
         out: dict[int, dict[int, pafs.FileInfo]] = {}
-        for (version, ident), info in sorted(self.found[ASIDE].items()):
+        for (version, ident), info in sorted(self.root[ASIDE].items()):
             out.setdefault(version, {})[ident] = info
         return out
 
     @property
     def records(self) -> dict[tuple[int, int], pafs.FileInfo]:
         """The metrics records by (version, changelog id)."""
-        return self.found[METRICS]
+        return self.root[METRICS]
 
     @property
     def snapshots(self) -> list[int]:
         """Versions that have a snapshot manifest, ascending."""
-        return sorted(self.found[MANIFEST])
+        return sorted(self._snapshots_listed()[0][MANIFEST])
 
     @property
     def temporaries(self) -> list[pafs.FileInfo]:
         """What crashed publishes left (`filesystem.TEMP_PREFIX`)."""
-        return list(self.found[TEMPORARY].values())
+        return list(self.root[TEMPORARY].values())
 
     @property
     def shared(self) -> dict[str, pafs.FileInfo]:

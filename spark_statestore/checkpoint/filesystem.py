@@ -318,19 +318,28 @@ class DurableDir:
         return files, others
 
     def size(self, name: str) -> int:
-        """The size of `name` in bytes (`FileNotFoundError` if it does not exist)."""
+        """The size of `name` in bytes (`FileNotFoundError` if it does not exist, or is
+        not a file: a directory, or on an object store a prefix)."""
         path = self._regular(name)
-        info = self._retrying("looking up", name, lambda: self.fs.get_file_info(path))
+        if not self._renames:
+            # on an object store, one request (a HEAD): `get_file_info` on S3 adds a LIST when the key is
+            # missing, to tell a missing name from a prefix, which is not a file either
+            return self._retrying("looking up", name, lambda: self._object_size(path))
+        info = self.fs.get_file_info(path)
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(self.uri(name))
         return info.size
 
+    def _object_size(self, path: str) -> int:
+        with self.fs.open_input_file(path) as src:
+            return src.size()
+
     def exists(self, name: str) -> bool:
         """Whether `name` is a regular file (`NotAFileError` if it is something else)."""
         try:
-            path = self._regular(name)
-            return self._retrying("looking up", name, lambda: self.fs.get_file_info(path)).type == pafs.FileType.File
-        except FileNotFoundError:
+            self.size(name)
+            return True
+        except (FileNotFoundError, IsADirectoryError):
             return False
 
     def delete(self, names: Iterable[str]) -> int:

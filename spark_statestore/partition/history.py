@@ -44,7 +44,6 @@ class DurableHistory:
         self.durable = files.durable
         self.partition = partition
         self.changelogs: dict[int, pafs.FileInfo] = files.changelogs  # version -> file info
-        self.snapshots = files.snapshots  # ascending
         self._chosen = chosen  # versions whose set-aside file is on the chain
         self._ids = {version: ident for version, (_, ident) in chosen.items()}  # durable ids read so far
 
@@ -108,6 +107,11 @@ class DurableHistory:
         if version in self.snapshots:
             return int(read_manifest(self.durable, version).get("version_id", 0))
         return None
+
+    @property
+    def snapshots(self) -> list[int]:
+        """Snapshot versions, ascending (`snapshots/` is listed on first use)."""
+        return self.files.snapshots
 
     def snapshots_between(self, low: int, high: int) -> list[int]:
         """Snapshot versions in (low, high], ascending."""

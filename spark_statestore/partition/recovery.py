@@ -156,6 +156,7 @@ class Recovery:
         db = None
         committed = EMPTY
         for version in snapshot_candidates(history, target):
+            fault_point("restore:before-snapshot")
             try:
                 db, committed = self._from_snapshot(history, version)
                 break

@@ -239,3 +239,20 @@ def test_an_s3a_location_without_a_bucket_is_named_as_given():
 
     with pytest.raises(ValueError, match=r"checkpoint location 's3a:///query' names no bucket"):
         resolve_location("s3a:///query")
+
+
+def test_a_warm_batch_costs_one_listing_and_no_existence_check_of_two_requests(s3a_location, proxy, tmp_path):
+    """A batch on the executor that ran the one before: the local copy is at the version
+    the batch builds on, so its open lists the partition's folder once (not `snapshots/`:
+    no snapshot is needed) and reads the previous changelog's trailer (a HEAD for its size,
+    then a ranged GET: is it the very file the copy has?); the commit check and the check
+    for an earlier attempt's changelog are one HEAD each (pyarrow's `get_file_info` adds a
+    LIST when the key is missing); then the changelog's PUT. The query has no layout file
+    (a HEAD that answers 404)."""
+    local = str(tmp_path / "local")
+    for batch in range(3):
+        _batch(s3a_location, local, batch)
+    proxy.reset_counts()
+    _batch(s3a_location, local, 3)
+    requests = {kind: n for kind, n in proxy.snapshot().items() if not kind.startswith("bytes")}
+    assert requests == {"HEAD": 4, "LIST": 1, "GET": 1, "PUT": 1}, proxy.log

@@ -185,11 +185,11 @@ def test_retention_deleting_what_a_restore_listed_makes_it_list_again(dirs, tmp_
     def writer_goes_on(point):
         if point == "recovery:after-listing":
             listings.append(point)
-            if len(listings) == 1:
-                writer = wl.partition_state(checkpoint, local, **kwargs)
-                writer.open(9)  # snapshot of 8 at open; retention after its upload
-                writer.close()
-                writer.wait_for_snapshots()
+        if point == "restore:before-snapshot" and len(listings) == 1:  # snapshots listed, none read
+            writer = wl.partition_state(checkpoint, local, **kwargs)
+            writer.open(9)  # snapshot of 8 at open; retention after its upload
+            writer.close()
+            writer.wait_for_snapshots()
 
     with injected(writer_goes_on):
         got = wl.read_state(checkpoint, str(tmp_path / "new-executor"), snapshot_interval=100)

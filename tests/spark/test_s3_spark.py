@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -187,4 +188,35 @@ def test_a_query_on_s3a_rides_out_throttling_errors_and_cut_responses(classic_sp
         proxy.faults.area = None
     injected = {k: n - before.get(k, 0) for k, n in proxy.injected.items()}
     assert injected.get(503) == 2 and injected.get(500) == 2 and injected.get("cut") == 3, injected
+    partitions.check_change_stream(job, checkpoint=local_copy(proxy, s3a, tmp_path / "copy"))
+
+
+def test_a_store_stopped_mid_batch_fails_the_task_naming_the_location_and_the_restarted_query_is_exactly_once(
+        classic_spark, s3a, proxy, tmp_path):
+    """The store stops when a task publishes its changelog (the proxy stops at that PUT):
+    each attempt of the task fails after its retries with an error naming a file under the
+    location, Spark gives up on the query, and once the store is back the restarted
+    query carries on from the bucket, exactly once."""
+    from pyspark.errors import StreamingQueryException
+
+    spark, job = classic_spark, str(tmp_path / "job")
+    inputs = os.path.join(job, "input")
+    windowed_counts.generate(inputs, 2, 80, keys=6)
+    partitions.run_partition_totals(spark, job, checkpoint=s3a)
+    windowed_counts.generate(inputs, 2, 80, keys=6, start=2)
+    proxy.stopped.clear()
+    proxy.faults.stop_at = lambda kind, path: kind == "PUT" and path.endswith(".changelog")
+    try:
+        with pytest.raises(StreamingQueryException) as failed:
+            partitions.run_partition_totals(spark, job, checkpoint=s3a)
+        assert proxy.stopped.is_set()
+    finally:
+        proxy.faults.stop_at = None
+        if not proxy.running:
+            proxy.start()
+    where = s3a.replace("s3a://", "s3://")
+    # the last attempt's error: each attempt fails at its first request (the layout, a lookup, the PUT)
+    assert re.search(rf"StoreUnreachableError: {re.escape(where)}/statestore/\S+: [a-z ]+ failed \d+ times",
+                     str(failed.value)), str(failed.value)[-3000:]
+    partitions.run_partition_totals(spark, job, checkpoint=s3a)
     partitions.check_change_stream(job, checkpoint=local_copy(proxy, s3a, tmp_path / "copy"))

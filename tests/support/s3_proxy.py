@@ -1,7 +1,7 @@
 """An HTTP proxy on loopback between S3 clients and an S3-API server, which counts the
 requests by kind and injects faults: latency per request, error answers (503 SlowDown,
 500), a response cut in the middle of its body, and the store stopped (connections
-refused) and started again on the same port.
+refused) and started again on the same port, also by a request it is told to stop at.
 
 It also drops `Expect: 100-continue` from requests: the AWS SDK v2's asynchronous client
 (hadoop-aws 3.5's uploads) takes moto's interim `100 Continue` for the final answer and
@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -42,6 +43,13 @@ def request_kind(method: str, target: str) -> str:
     return method
 
 
+def _logged(kind: str, target: str) -> str:
+    """How a request is logged: its path, and a listing's prefix (`/bucket?prefix=query/...`)."""
+    parts = urlsplit(target)
+    prefix = parse_qs(parts.query).get("prefix", [None])[0]
+    return f"{parts.path}?prefix={prefix}" if kind == "LIST" and prefix is not None else parts.path
+
+
 @dataclass
 class Faults:
     """What the proxy does to the next requests (changed by the test while clients run)."""
@@ -51,6 +59,9 @@ class Faults:
     cut: int = 0  # the next `cut` GET responses with a body are cut half way
     kinds: frozenset = frozenset()  # errors/cuts only for these kinds (empty: every kind)
     area: str | None = None  # errors/cuts only for requests of this area (`request_area`)
+    # the store stops when a request that this says yes to (its kind and logged path) comes
+    # in, before answering it; once (`S3Proxy.stopped` is set then)
+    stop_at: Callable[[str, str], bool] | None = None
 
 
 class S3Proxy:
@@ -62,7 +73,8 @@ class S3Proxy:
         self.counts: collections.Counter = collections.Counter()
         self.bytes: collections.Counter = collections.Counter()  # "up" (request bodies), "down"
         self.injected: collections.Counter = collections.Counter()
-        self.log: list[tuple[str, str]] = []  # (kind, path) of each request since reset_counts
+        self.stopped = threading.Event()  # set when `faults.stop_at` stopped the store
+        self.log: list[tuple[str, str]] = []  # (kind, path) of each request since reset_counts (a LIST: with its prefix)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._connections: set[socket.socket] = set()
@@ -116,10 +128,10 @@ class S3Proxy:
         """Requests by kind and bytes up and down so far (`area`: only the requests whose
         key has the segment `area`, such as "statestore" or Spark's "state")."""
         with self._lock:
-            counts = {k: n for (k, a), n in self.counts.items() if area is None or a == area}
             total: collections.Counter = collections.Counter()
-            for kind, n in counts.items():
-                total[kind] += n
+            for (kind, where), n in self.counts.items():  # summed over the areas when `area` is None
+                if area is None or where == area:
+                    total[kind] += n
             up = sum(n for (d, a), n in self.bytes.items() if d == "up" and (area is None or a == area))
             down = sum(n for (d, a), n in self.bytes.items() if d == "down" and (area is None or a == area))
             return {**total, "bytes_up": up, "bytes_down": down}
@@ -130,6 +142,15 @@ class S3Proxy:
             self.counts[kind, area] += 1
             self.bytes["up", area] += up
             self.bytes["down", area] += down
+
+    def _stops_at(self, kind: str, path: str) -> bool:
+        """Whether this request stops the store (`Faults.stop_at`, which is then cleared)."""
+        with self._lock:
+            stop_at = self.faults.stop_at
+            if stop_at is None or not stop_at(kind, path):
+                return False
+            self.faults.stop_at = None
+            return True
 
     def _fault(self, kind: str, area: str) -> tuple[int | None, bool]:
         """(an error status to answer, or None; whether to cut the response) for a request."""
@@ -188,6 +209,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         if owner.faults.latency:
             time.sleep(owner.faults.latency)
+        if owner._stops_at(kind, _logged(kind, self.path)):
+            owner.stop()  # this connection too: the request gets no answer
+            owner.stopped.set()
+            return
         status, cut = owner._fault(kind, area)
         if status is not None:
             code, message = _ERRORS.get(status, ("InternalError", "injected"))
@@ -199,7 +224,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
-            owner._count(kind, area, urlsplit(self.path).path, len(body), 0)
+            owner._count(kind, area, _logged(kind, self.path), len(body), 0)
             return
         host, port = owner.upstream.rsplit(":", 1)
         upstream = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -225,7 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return
                 self.wfile.write(data)
-            owner._count(kind, area, urlsplit(self.path).path, len(body), len(data) if self.command != "HEAD" else 0)
+            owner._count(kind, area, _logged(kind, self.path), len(body), len(data) if self.command != "HEAD" else 0)
         finally:
             upstream.close()
 
