@@ -8,7 +8,7 @@ from typing import Iterator, Sequence
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
-from spark_statestore.checkpoint.names import SHARED, SNAPSHOTS
+from spark_statestore.checkpoint.files import PartitionFiles
 from spark_statestore.partition.reading import StateLocation
 
 
@@ -44,7 +44,7 @@ class MetadataReader(DataSourceReader):
         changelogs, snapshots = self.state.versions(number)
         committed = self.state.committed_batch()
         durable = self.state.durable(number)
-        size = sum(i.size for sub in ("", SNAPSHOTS, SHARED) for i in durable.list(sub))
+        size = sum(PartitionFiles.read(durable).totals().values())
         for spec in self.state.layout.stores:
             facts = spec.store_kind.facts(spec)
             yield (
