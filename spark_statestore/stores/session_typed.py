@@ -6,11 +6,10 @@ from typing import Any
 
 from spark_statestore.stores.iterators import StoreIterator
 from spark_statestore.stores.session_layout import SessionWindow
-from spark_statestore.stores.spec import Clock
-from spark_statestore.stores.typed import _decoded, _Typed
+from spark_statestore.stores.typed import _decoded, _TypedOnStreamTime
 
 
-class TypedSessionStore(_Typed):
+class TypedSessionStore(_TypedOnStreamTime):
     """A `SessionStore` over typed keys and values: reads yield `(SessionWindow, value)`
     with the key decoded."""
 
@@ -23,25 +22,6 @@ class TypedSessionStore(_Typed):
             return new(SessionWindow, (dk(window[0]), window[1], window[2])), dv(item[1])
 
         self._session = session
-
-    @property
-    def observed_stream_time(self) -> int:
-        return self.store.observed_stream_time
-
-    def advance_stream_time(self, time: int) -> None:
-        self.store.advance_stream_time(time)
-
-    @property
-    def retention_period(self) -> int:
-        return self.store.retention_period
-
-    @property
-    def clock(self) -> Clock:
-        return self.store.clock
-
-    @property
-    def metrics(self) -> Any:
-        return self.store.metrics
 
     def put(self, key: Any, start: int, end: int, value: Any) -> None:
         self.store.put(self._ek(key), start, end, self._ev(value))

@@ -272,8 +272,8 @@ class TypedKeyValueStore(_Typed):
         return _decoded(self.store.prefix_scan(raw), self._pair)
 
 
-class TypedWindowStore(_Typed):
-    """A `WindowStore` over typed keys and values."""
+class _TypedOnStreamTime(_Typed):
+    """The stream-time members a typed window or session store passes to its store."""
 
     @property
     def observed_stream_time(self) -> int:
@@ -287,20 +287,24 @@ class TypedWindowStore(_Typed):
         return self.store.retention_period
 
     @property
-    def window_size(self) -> int:
-        return self.store.window_size
-
-    @property
-    def retain_duplicates(self) -> bool:
-        return self.store.retain_duplicates
-
-    @property
     def clock(self) -> Clock:
         return self.store.clock
 
     @property
     def metrics(self) -> Any:
         return self.store.metrics
+
+
+class TypedWindowStore(_TypedOnStreamTime):
+    """A `WindowStore` over typed keys and values."""
+
+    @property
+    def window_size(self) -> int:
+        return self.store.window_size
+
+    @property
+    def retain_duplicates(self) -> bool:
+        return self.store.retain_duplicates
 
     def put(self, key: Any, value: Any, window_start: int) -> None:
         self.store.put(self._ek(key), self._ev(value), window_start)
