@@ -25,19 +25,6 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__}: {text}"
 
 
-def parse_choice(choices: Any, value: Any, name: str) -> Any:
-    """A member of the enum `choices` from itself or its (lower-case) value."""
-    if isinstance(value, choices):
-        return value
-    if isinstance(value, str):
-        try:
-            return choices(value.strip().lower())
-        except ValueError:
-            pass
-    allowed = ", ".join(repr(c.value) for c in choices)
-    raise ValueError(f"{name} must be one of {allowed}, got {describe(value)}")
-
-
 def check_key(key: Any, name: str = "key") -> bytes:
     """Return `key` if it is bytes; `None` and other types raise `TypeError`."""
     if type(key) is bytes:

@@ -6,7 +6,7 @@ start``, their index by end ``0x02 | end | escape(key) | start`` (bookkeeping th
 with its key's partition in a rescale) and the stream time under 0xff. The durable state
 of a version holds live sessions only (expiry deletes them in the transaction that moves
 the stream time), so the readers show the stored sessions, with `session_start` and
-`session_end` columns. On the external clock (Spark's watermark) the stream time moves to
+`session_end` columns. On the watermark clock (`Clock.WATERMARK`) the stream time moves to
 the batch's watermark when the batch ends.
 """
 
@@ -158,7 +158,7 @@ class SessionKind(StoreKind):
     # -- time -------------------------------------------------------------------------------
 
     def on_watermark(self, spec: KindSpec) -> bool:
-        return spec.params.clock is Clock.EXTERNAL
+        return spec.params.clock is Clock.WATERMARK
 
     def at_watermark(self, spec: KindSpec, store: Any, watermark: int) -> None:
         if self.on_watermark(spec):

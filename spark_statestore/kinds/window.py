@@ -4,7 +4,7 @@ Its stored key is ``window_start (8 bytes, big-endian) | key`` (with duplicates 
 ``window_start | escape(key) | sequence``); keys from 0x80 on are the store's bookkeeping
 (its stream time and duplicate sequence). A record is live while its window start is above
 the observed stream time minus the retention period; the readers show each record's window
-start and end (start + size). On the external clock a store's stream time moves only when
+start and end (start + size). On the watermark clock a store's stream time moves only when
 its owner says: in Spark, to the batch's watermark when the batch ends.
 """
 
@@ -180,7 +180,7 @@ class WindowKind(StoreKind):
     # -- time -------------------------------------------------------------------------------
 
     def on_watermark(self, spec: KindSpec) -> bool:
-        return spec.params.clock is Clock.EXTERNAL
+        return spec.params.clock is Clock.WATERMARK
 
     def at_watermark(self, spec: KindSpec, store: Any, watermark: int) -> None:
         if self.on_watermark(spec):

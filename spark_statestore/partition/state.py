@@ -271,13 +271,14 @@ class PartitionState:
     def stores(self) -> dict[str, Any]:
         return dict(self._stores)
 
-    def advance_clocks(self, processing_time: int | None, event_time: int | None) -> int:
-        """Move every TTL store's clock to this batch's time on it (None: it stays) and
-        delete at most `options.ttl_expiry_limit` expired entries per store, before any
-        write (the same times give every attempt the same state); returns the deletions."""
+    def advance_clocks(self, processing_time: int | None, watermark: int | None) -> int:
+        """Move every TTL store's clock to this batch's time on it, its processing time or
+        its watermark (None: it stays), and delete at most `options.ttl_expiry_limit`
+        expired entries per store, before any write (the same times give every attempt the
+        same state); returns the deletions."""
         self._require_open()
         started = time.perf_counter()
-        expired = advance_clocks(self._stores.values(), processing_time, event_time, self.options.ttl_expiry_limit)
+        expired = advance_clocks(self._stores.values(), processing_time, watermark, self.options.ttl_expiry_limit)
         self.metrics.rows_expired += expired
         self.metrics.expiry_seconds += time.perf_counter() - started
         return expired

@@ -17,11 +17,9 @@ from typing import Any
 
 from spark_statestore.kinds.build import typed_layer
 from spark_statestore.serde import BytesSerde, RecordSerde, Serde
-from spark_statestore.stores.spec import Clock, StoreSpec
+from spark_statestore.stores.clock import Clock
+from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.validation import describe
-
-# in Spark, the external clock of a window store is the watermark
-CLOCKS = {"watermark": Clock.EXTERNAL, "records": Clock.RECORDS}
 
 
 def _check_serde(serde: Any, name: str) -> None:
@@ -65,7 +63,7 @@ class KeyValue(StoreDeclaration):
     value_serde: Serde = field(default_factory=BytesSerde)
     cached: bool = True
     ttl: Any = None
-    ttl_clock: str = "processing_time"
+    ttl_clock: Clock | str = "processing_time"
 
     def __post_init__(self) -> None:
         _check_serde(self.key_serde, "key_serde")
@@ -91,11 +89,9 @@ class Window(StoreDeclaration):
     key_serde: Serde = field(default_factory=BytesSerde)
     value_serde: Serde = field(default_factory=BytesSerde)
     cached: bool = True
-    clock: str = "watermark"
+    clock: Clock | str = "watermark"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.clock, str) or self.clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {sorted(CLOCKS)}, got {describe(self.clock)}")
         _check_serde(self.key_serde, "key_serde")
         _check_serde(self.value_serde, "value_serde")
         self.spec()
@@ -111,7 +107,7 @@ class Window(StoreDeclaration):
             self.retain_duplicates,
             self.segment_interval,
             self.cached,
-            CLOCKS[self.clock],
+            self.clock,
             self.key_serde.identity,
             self.value_serde.identity,
         )

@@ -15,11 +15,12 @@ from typing import Any
 
 from spark_statestore.kinds.session import SESSION
 from spark_statestore.serde import BytesSerde, Serde
-from spark_statestore.spark.declarations import CLOCKS, StoreDeclaration, _check_serde, _with_schemas
+from spark_statestore.spark.declarations import StoreDeclaration, _check_serde, _with_schemas
+from spark_statestore.stores.clock import Clock
 from spark_statestore.stores.session_api import SessionSpec
 from spark_statestore.stores.session_merge import GapSessions, check_gap
 from spark_statestore.stores.spec import StoreSpec
-from spark_statestore.validation import describe, to_millis
+from spark_statestore.validation import to_millis
 
 
 @dataclass(frozen=True)
@@ -33,13 +34,11 @@ class Session(StoreDeclaration):
     gap: Any = None
     retention: Any = None
     cached: bool = True
-    clock: str = "watermark"
+    clock: Clock | str = "watermark"
 
     def __post_init__(self) -> None:
         if self.gap is None:
             raise TypeError(f"Session {self.name!r} needs a gap (int ms or timedelta)")
-        if not isinstance(self.clock, str) or self.clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {sorted(CLOCKS)}, got {describe(self.clock)}")
         _check_serde(self.key_serde, "key_serde")
         _check_serde(self.value_serde, "value_serde")
         gap = check_gap(self.gap)
@@ -56,7 +55,7 @@ class Session(StoreDeclaration):
 
     def spec(self) -> StoreSpec:
         retention = self.gap_ms if self.retention is None else self.retention
-        params = SessionSpec.of(self.name, retention, CLOCKS[self.clock])
+        params = SessionSpec.of(self.name, retention, self.clock)
         spec = StoreSpec.of(
             SESSION, self.name, params, self.cached, self.key_serde.identity, self.value_serde.identity
         )

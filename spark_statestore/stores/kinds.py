@@ -145,11 +145,11 @@ class StoreKind:
     # -- time -----------------------------------------------------------------------------
 
     def on_watermark(self, spec: KindSpec) -> bool:
-        """Whether the store's clock is external, moved to the batch's watermark (in Spark)."""
+        """Whether the store's stream time is on `Clock.WATERMARK`: moved to the batch's watermark (in Spark)."""
         return False
 
     def at_watermark(self, spec: KindSpec, store: Any, watermark: int) -> None:
-        """A batch ends at `watermark`: what a store on the external clock does then."""
+        """A batch ends at `watermark`: what a store on the watermark clock does then."""
 
     def dropped_records(self, store: Any) -> int:
         """The records the store dropped as late so far."""

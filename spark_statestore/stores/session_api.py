@@ -6,7 +6,7 @@ lie in [start, end], where a single record's session has `start == end`. A sessi
 live while `end > observed_stream_time - retention_period`; a put of a session that is not
 live is dropped and counted (`metrics.dropped_records_total`). The observed stream time is
 the largest session end put (`Clock.RECORDS`, the default), or what `advance_stream_time`
-gives (`Clock.EXTERNAL`: Spark's watermark).
+gives (`Clock.WATERMARK`: Spark's watermark).
 
 Reads yield `(SessionWindow, value)`. One key's sessions come ordered by end, then start;
 a range of keys is ordered by key, then end, then start (the persistent layout's byte
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_statestore.stores.api import StateStore, key_range_is_empty
+from spark_statestore.stores.clock import STREAM_CLOCK, Clock
 from spark_statestore.stores.damage import storage_error
 from spark_statestore.stores.iterators import StoreIterator
 from spark_statestore.stores.session_layout import SessionWindow
 from spark_statestore.stores.session_typed import TypedSessionStore
-from spark_statestore.stores.spec import Clock
 from spark_statestore.stores.window_api import WindowStoreMetrics
 from spark_statestore.validation import (
     MAX_TIME,
@@ -60,11 +60,11 @@ class SessionSpec:
             raise ValueError("retention_period cannot be negative")
         if retention > MAX_TIME:
             raise ValueError(f"retention_period must be at most {MAX_TIME} ms, got {retention}")
-        return cls(retention, Clock.parse(clock))
+        return cls(retention, STREAM_CLOCK.parse(clock))
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-able form (for durable metadata)."""
-        return {"retention_period": self.retention_period, "clock": self.clock.value}
+        return {"retention_period": self.retention_period, "clock": STREAM_CLOCK.record(self.clock)}
 
     @staticmethod
     def from_dict(name: str, session: Any) -> SessionSpec:
@@ -78,7 +78,7 @@ class SessionSpec:
             raise TypeError(
                 f"retention_period must be recorded as int milliseconds, got {describe(retention)}"
             )
-        return SessionSpec.of(name, retention, session.get("clock", Clock.RECORDS.value))
+        return SessionSpec.of(name, retention, session.get("clock", Clock.RECORDS))
 
 
 def check_session(start: Any, end: Any) -> tuple[int, int]:

@@ -15,10 +15,10 @@ A new optional field is a dataclass field with a default that `as_dict` writes o
 when it is set and `from_dict` reads with that default, so older records still read
 and records without it stay the same bytes.
 
-`Clock` says what advances a window store's observed stream time: `RECORDS` (KIP-428:
-every put, up to its window start) or `EXTERNAL` (only `advance_stream_time`, for
-callers that own the clock, such as Spark's watermark: records then never expire each
-other in the order they happen to be processed).
+A window store's `clock` (`stores/clock.py`) says what advances its observed stream time:
+`Clock.RECORDS` (KIP-428: every put, up to its window start) or `Clock.WATERMARK` (only
+`advance_stream_time`: in Spark, the batch's watermark); it is recorded as `"records"` or
+`"external"`.
 
 `value_schemas` (record values, see `serde/records.py`): the versions of the values'
 schema, oldest first, as canonical JSON texts (an optional field: absent for other serdes).
@@ -26,32 +26,20 @@ schema, oldest first, as canonical JSON texts (an optional field: absent for oth
 
 from __future__ import annotations
 
-import enum
 import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from spark_statestore.serde import check_identity
 from spark_statestore.serde.schemas import check_schemas
+from spark_statestore.stores.clock import STREAM_CLOCK, Clock
 from spark_statestore.stores.kinds import KINDS, StoreKind, kind_named
 from spark_statestore.stores.names import check_store_name
 from spark_statestore.stores.ttl_spec import TtlSpec
-from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, parse_choice, to_millis
+from spark_statestore.validation import MAX_TIME, check_bool, check_int, check_name, describe, to_millis
 
 KEY_VALUE = "key_value"  # the names of the built-in kinds (`spark_statestore.kinds`)
 WINDOW = "window"
-
-
-class Clock(enum.Enum):
-    """What advances a window store's stream time (see module docstring)."""
-
-    RECORDS = "records"
-    EXTERNAL = "external"
-
-    @classmethod
-    def parse(cls, value: Any, name: str = "clock") -> "Clock":
-        """A `Clock` from itself or its value (`"records"`, `"external"`)."""
-        return parse_choice(cls, value, name)
 
 
 def default_segment_interval(retention_period: int) -> int:
@@ -109,7 +97,7 @@ class WindowSpec:
             segment_interval = check_int(to_millis(segment_interval, "segment_interval"), "segment_interval", 1)
             if segment_interval > MAX_TIME:
                 raise ValueError(f"segment_interval must be at most {MAX_TIME} ms, got {segment_interval}")
-        return cls(retention, size, retain_duplicates, segment_interval, Clock.parse(clock))
+        return cls(retention, size, retain_duplicates, segment_interval, STREAM_CLOCK.parse(clock))
 
     @property
     def segment(self) -> int:
@@ -123,7 +111,7 @@ class WindowSpec:
             "window_size": self.window_size,
             "retain_duplicates": self.retain_duplicates,
             "segment_interval": self.segment_interval,
-            "clock": self.clock.value,
+            "clock": STREAM_CLOCK.record(self.clock),
         }
 
     @staticmethod
@@ -137,7 +125,7 @@ class WindowSpec:
             _recorded_int(window.get("window_size"), "window_size"),
             window.get("retain_duplicates"),
             window.get("segment_interval"),
-            window.get("clock", Clock.RECORDS.value),
+            window.get("clock", Clock.RECORDS),
         )
 
 

@@ -18,8 +18,8 @@ the index holds exactly one entry per entry, with the entry's expiry). The
 clock is written whenever expired entries are deleted, so a change set that deletes an
 entry and its index entry at or below the clock it holds is an expiry (`decode_changes`).
 
-The clock has no time before it first moves (-1; in Spark, an event-time store's clock
-does not move while the query has no watermark: Spark's 0). An entry written then is
+The clock has no time before it first moves (-1; in Spark, the clock of a store on the
+watermark does not move while the query has no watermark: Spark's 0). An entry written then is
 written at the clock's first time: its expiry is `PENDING` (8 zero bytes, below every
 real expiry, so pending entries lead the index) until the first move records their
 expiry, first time + ttl, under the pending key (written again with each deletion of
@@ -34,7 +34,8 @@ from typing import Any, Iterable, Iterator, Mapping, cast
 
 from spark_statestore.cache.change import Change
 from spark_statestore.stores.api import KeyValueStore
-from spark_statestore.stores.ttl_spec import TtlClock, TtlSpec
+from spark_statestore.stores.clock import Clock
+from spark_statestore.stores.ttl_spec import TtlSpec
 from spark_statestore.validation import MAX_TIME, check_int, check_key, check_pairs, check_value
 
 ENTRY = b"\x00"
@@ -102,7 +103,7 @@ class TtlKeyValueStore(KeyValueStore):
         return self.inner.persistent
 
     @property
-    def clock(self) -> TtlClock:
+    def clock(self) -> Clock:
         return self.ttl.clock
 
     @property
@@ -280,18 +281,18 @@ def with_ttl(store: Any, ttl: TtlSpec | None) -> Any:
     return store if ttl is None else TtlKeyValueStore(store, ttl)
 
 
-def advance_clocks(stores: Iterable[Any], processing_time: int | None, event_time: int | None, limit: int) -> int:
+def advance_clocks(stores: Iterable[Any], processing_time: int | None, watermark: int | None, limit: int) -> int:
     """`advance_time` of every TTL store among `stores` to the time of its clock (None: it
     stays); returns how many expired entries were deleted. Both times are checked before
     any clock moves."""
     if processing_time is not None:
         processing_time = check_int(processing_time, "processing_time", -1, MAX_TIME)
-    if event_time is not None:
-        event_time = check_int(event_time, "event_time", -1, MAX_TIME)
+    if watermark is not None:
+        watermark = check_int(watermark, "watermark", -1, MAX_TIME)
     expired = 0
     for store in stores:
         if isinstance(store, TtlKeyValueStore):
-            now = processing_time if store.clock is TtlClock.PROCESSING_TIME else event_time
+            now = processing_time if store.clock is Clock.PROCESSING_TIME else watermark
             if now is not None:
                 expired += store.advance_time(now, limit)
     return expired

@@ -3,30 +3,19 @@
 Each write sets its entry's expiry to the store's clock plus `duration`; an entry whose
 expiry is at or below the clock is expired (invisible at once, deleted in bounded work).
 A write before the clock first moves is a write at its first time (see `ttl.py`).
-`TtlClock` names what moves the clock: `PROCESSING_TIME` (in Spark, the batch's
-timestamp, the same for every attempt of a batch, as Spark's own TTL) or `EVENT_TIME`
-(the watermark). Outside Spark the owner of the store moves it (`advance_time`).
+The clock (`stores/clock.py`, public and recorded as `ttl_clock`'s spellings) is
+`Clock.PROCESSING_TIME` (in Spark, the batch's timestamp, the same for every attempt of a
+batch, as Spark's own TTL) or `Clock.WATERMARK` (`"event_time"`: the batch's watermark).
+Outside Spark the owner of the store moves it (`advance_time`).
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import Any
 
-from spark_statestore.validation import MAX_TIME, describe, parse_choice, to_millis
-
-
-class TtlClock(enum.Enum):
-    """What moves a TTL store's clock (see module docstring)."""
-
-    PROCESSING_TIME = "processing_time"
-    EVENT_TIME = "event_time"
-
-    @classmethod
-    def parse(cls, value: Any, name: str = "ttl_clock") -> "TtlClock":
-        """A `TtlClock` from itself or its value (`"processing_time"`, `"event_time"`)."""
-        return parse_choice(cls, value, name)
+from spark_statestore.stores.clock import TTL_CLOCK, Clock
+from spark_statestore.validation import MAX_TIME, describe, to_millis
 
 
 @dataclass(frozen=True)
@@ -34,18 +23,18 @@ class TtlSpec:
     """A positive lifetime in milliseconds and the clock it runs on."""
 
     duration: int
-    clock: TtlClock = TtlClock.PROCESSING_TIME
+    clock: Clock = Clock.PROCESSING_TIME
 
     @classmethod
-    def of(cls, ttl: Any, clock: Any = TtlClock.PROCESSING_TIME) -> "TtlSpec":
+    def of(cls, ttl: Any, clock: Any = Clock.PROCESSING_TIME) -> "TtlSpec":
         """A checked spec (`ttl`: int ms or `timedelta`, more than 0)."""
         duration = to_millis(ttl, "ttl")
         if not 0 < duration <= MAX_TIME:
             raise ValueError(f"ttl must be more than 0 and at most {MAX_TIME} ms, got {describe(ttl)}")
-        return cls(duration, TtlClock.parse(clock))
+        return cls(duration, TTL_CLOCK.parse(clock))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"duration": self.duration, "clock": self.clock.value}
+        return {"duration": self.duration, "clock": TTL_CLOCK.record(self.clock)}
 
     @staticmethod
     def from_dict(name: str, data: Any) -> "TtlSpec":

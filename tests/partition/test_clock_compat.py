@@ -9,9 +9,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import clock_state as cs
 import pytest
 
-import clock_state as cs
 from spark_statestore import Stores
 from spark_statestore.partition import PartitionOptions, PartitionState, WorkerResources
 from spark_statestore.partition.layout import Layout, read_query_layout, record_query_layout
@@ -38,12 +38,17 @@ def test_the_declarations_open_mains_state_on_the_clocks_it_was_written_on(writt
     checkpoint = str(written / "checkpoint")
     assert set(read_query_layout(checkpoint).stores) == set(cs.SPECS)
     record_query_layout(checkpoint, Layout.of(cs.SPECS, 1))  # the driver's check: not refused
-    state = PartitionState(checkpoint, 0, cs.SPECS, WorkerResources(str(tmp_path / "local")), PartitionOptions())
+    state = PartitionState(
+        checkpoint, 0, cs.SPECS, WorkerResources(str(tmp_path / "local")), PartitionOptions()
+    )
     state.open(cs.BATCHES)  # restored from main's snapshot and changelogs
     store = state.store
     # stream time: the last watermark (2500) on the watermark, the records' latest time on records
     assert store("win_watermark").observed_stream_time == store("ses_watermark").observed_stream_time == 2_500
-    assert store("win_records").observed_stream_time == 4_000 and store("ses_records").observed_stream_time == 4_050
+    assert (
+        store("win_records").observed_stream_time == 4_000
+        and store("ses_records").observed_stream_time == 4_050
+    )
     assert store("ttl_event").time == 2_500 and store("ttl_processing").time == cs.timestamp(cs.BATCHES - 1)
     assert [k for k, _ in store("ttl_event").all()] == [b"k3"]  # k0..k2 expire at or below 2500
     assert [k for k, _ in store("ttl_processing").all()] == [b"k2", b"k3"]  # k0, k1 at or below 11800
@@ -60,7 +65,10 @@ def test_the_declarations_open_mains_state_on_the_clocks_it_was_written_on(writt
     for spec in cs.SPECS:  # the batch ends at watermark 3000: only watermark-clocked stores move
         spec.store_kind.at_watermark(spec, store(spec.name), 3_000)
     assert store("win_watermark").observed_stream_time == store("ses_watermark").observed_stream_time == 3_000
-    assert store("win_records").observed_stream_time == 4_000 and store("ses_records").observed_stream_time == 4_050
+    assert (
+        store("win_records").observed_stream_time == 4_000
+        and store("ses_records").observed_stream_time == 4_050
+    )
     state.close()
 
 

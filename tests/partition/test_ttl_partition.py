@@ -236,7 +236,7 @@ def test_a_batch_time_past_the_largest_is_refused_before_any_clock_moves(tmp_pat
     state.advance_clocks(0, 0)
     state.store("p").put(b"k", b"v")
     state.store("e").put(b"k", b"v")
-    with pytest.raises(ValueError, match=rf"event_time must be at most {2**63 - 1}, got {2**64}"):
+    with pytest.raises(ValueError, match=rf"watermark must be at most {2**63 - 1}, got {2**64}"):
         state.advance_clocks(5, 2**64)
     with pytest.raises(ValueError, match=rf"processing_time must be at most {2**63 - 1}, got {2**63}"):
         state.advance_clocks(2**63, None)

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_statestore import Serdes, Stores, Windowed
+from spark_statestore.stores.clock import Clock
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -196,7 +197,7 @@ def test_a_typed_store_offers_read_only_typed_views_and_passes_its_surface_throu
     win.put("a", 5, 40)
     win.advance_stream_time(200)
     assert (win.observed_stream_time, win.retention_period, win.window_size, win.retain_duplicates) == (200, 100, 10, False)
-    assert win.clock.value == "external" and win.metrics.dropped_records_total == 0
+    assert win.clock is Clock.WATERMARK and win.metrics.dropped_records_total == 0
     win.commit({})
     view = win.read_only("READ_COMMITTED")
     assert list(view.fetch_all(0, 1000)) == [] and view.observed_stream_time == 200  # expired at 200

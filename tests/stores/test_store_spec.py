@@ -8,10 +8,12 @@ import json
 
 import pytest
 
+from spark_statestore import Stores
 from spark_statestore.partition import Layout, StoreSpec
+from spark_statestore.spark import KeyValue, Session, Window
+from spark_statestore.stores.names import META_COLUMN_FAMILY
 from spark_statestore.stores.spec import Clock, WindowSpec
 from spark_statestore.txn import TransactionalDatabase
-from spark_statestore.stores.names import META_COLUMN_FAMILY
 
 
 def test_the_layout_record_keeps_its_bytes():
@@ -33,13 +35,60 @@ def test_the_layout_record_keeps_its_bytes():
 def test_the_rocksdb_store_records_keep_their_bytes(tmp_path):
     db = TransactionalDatabase(tmp_path / "db")
     db.key_value_store("kv")
-    db.window_store("w", 100, 10, retain_duplicates=True, clock=Clock.EXTERNAL)
+    db.window_store("w", 100, 10, retain_duplicates=True, clock=Clock.WATERMARK)
     meta = db.db.column_family(META_COLUMN_FAMILY)
     assert meta.get(b"store:kv") == b'{"kind": "key_value"}'
     assert meta.get(b"store:w") == (
         b'{"kind": "window", "retain_duplicates": true, "retention_period": 100, "window_size": 10}'
     )
     db.close()
+
+
+def test_the_watermark_is_one_clock_under_every_public_spelling():
+    """Window and session stream time and TTL name the watermark with one `Clock` member,
+    whichever public spelling declared it; each records the spelling it always recorded."""
+    on_watermark = [
+        StoreSpec.window("w", 100, 10, clock="external"),
+        StoreSpec.window("w", 100, 10, clock="Watermark"),
+        StoreSpec.window("w", 100, 10, clock=Clock.WATERMARK),
+        Window("w", 100, 10).spec(),
+        Window("w", 100, 10, clock="watermark").spec(),
+        Session("s", gap=10).spec(),
+    ]
+    assert {spec.params.clock for spec in on_watermark} == {Clock.WATERMARK}
+    assert {spec.params.as_dict()["clock"] for spec in on_watermark} == {"external"}
+    assert Stores.in_memory_session_store("s", 100, clock="external").clock is Clock.WATERMARK
+    ttl = [StoreSpec.key_value("t", ttl=5, ttl_clock="event_time"), KeyValue("t", ttl=5, ttl_clock="event_time").spec()]
+    assert {spec.ttl.clock for spec in ttl} == {Clock.WATERMARK}
+    assert {spec.ttl.as_dict()["clock"] for spec in ttl} == {"event_time"}
+    on_records = [StoreSpec.window("w", 100, 10), Window("w", 100, 10, clock="records").spec()]
+    assert {spec.params.clock for spec in on_records} == {Clock.RECORDS}
+    assert KeyValue("t", ttl=5).spec().ttl.clock is Clock.PROCESSING_TIME
+
+
+@pytest.mark.parametrize(
+    "declare",
+    [
+        lambda clock: StoreSpec.window("w", 100, 10, clock=clock),
+        lambda clock: Window("w", 100, 10, clock=clock),
+        lambda clock: Session("s", gap=10, clock=clock),
+    ],
+)
+@pytest.mark.parametrize("bad", ["wall", "event_time", None, Clock.PROCESSING_TIME])
+def test_a_bad_clock_is_refused_naming_the_value_and_every_spelling(declare, bad):
+    with pytest.raises(ValueError) as refused:
+        declare(bad)
+    assert str(refused.value).startswith("clock must be one of 'records', 'watermark', 'external', got ")
+    assert repr(bad) in str(refused.value)
+
+
+@pytest.mark.parametrize("bad", ["wall", "watermark", "records", Clock.RECORDS])
+def test_a_bad_ttl_clock_is_refused_naming_the_value_and_every_spelling(bad):
+    for declare in (lambda: StoreSpec.key_value("t", ttl=5, ttl_clock=bad), lambda: KeyValue("t", ttl=5, ttl_clock=bad)):
+        with pytest.raises(ValueError) as refused:
+            declare()
+        assert str(refused.value).startswith("ttl_clock must be one of 'processing_time', 'event_time', got ")
+        assert repr(bad) in str(refused.value)
 
 
 def test_a_spec_reads_back_from_its_record_and_caching_is_not_recorded():

@@ -55,7 +55,9 @@ def write_batch(state: PartitionState, batch: int) -> None:
 
 def run_batch(checkpoint: str, local: str, batch: int) -> PartitionState:
     """Run `batch` on partition 0 and commit it as Spark would (its commit log entry)."""
-    state = PartitionState(checkpoint, 0, SPECS, WorkerResources(local), PartitionOptions(snapshot_interval=2))
+    state = PartitionState(
+        checkpoint, 0, SPECS, WorkerResources(local), PartitionOptions(snapshot_interval=2)
+    )
     state.open(batch)
     watermark = WATERMARKS[batch]
     state.advance_clocks(timestamp(batch), watermark)
@@ -77,7 +79,9 @@ def write_state(root: str) -> None:
     record_query_layout(checkpoint, Layout.of(SPECS, 1))
     for batch in range(BATCHES):
         run_batch(checkpoint, local, batch)
-    store = Stores.persistent_key_value_store("t", os.path.join(root, "ttl_db"), ttl=TTL, ttl_clock="event_time")
+    store = Stores.persistent_key_value_store(
+        "t", os.path.join(root, "ttl_db"), ttl=TTL, ttl_clock="event_time"
+    )
     store.advance_time(5_000)
     store.put(b"a", b"1")
     store.commit({"src": 1})

@@ -112,7 +112,7 @@ class TaskState:
             return
         try:
             times = batch_times(self.config.checkpoint_location, self.task.batch_id)
-            if ttl:  # Spark's watermark 0: the query has none yet, the event-time clock stays unset
+            if ttl:  # Spark's watermark 0: the query has none yet, the watermark clock stays unset
                 partition.advance_clocks(times.timestamp, times.watermark if times.watermark > 0 else None)
         except BaseException:
             self.abort()
@@ -174,7 +174,7 @@ class TaskState:
         partition = self._open_partition()
         try:
             stores = [(spec.store_kind, spec, partition.store(spec.name)) for spec in partition.specs]
-            if self.watermark >= 0:  # the kind's clock hook: stores on the external clock move to it
+            if self.watermark >= 0:  # the kind's clock hook: stores on the watermark clock move to it
                 for kind, spec, store in stores:
                     kind.at_watermark(spec, store, self.watermark)
             dropped = sum(kind.dropped_records(store) for kind, _, store in stores)
