@@ -268,7 +268,7 @@ class PartitionState:
             raise KeyError(f"partition {self.partition} has no store {name!r}; it has {list(self._stores)}") from None
 
     @property
-    def stores(self) -> dict[str, Any]:
+    def stores(self) -> dict[str, StateStore]:
         return dict(self._stores)
 
     def advance_clocks(self, processing_time: int | None, watermark: int | None) -> int:

@@ -39,6 +39,7 @@ from spark_statestore.spark.driver.operator import build_operator
 from spark_statestore.spark.driver.settings import StateStoreSettings
 from spark_statestore.spark.worker.task import current_task
 from spark_statestore.spark.worker.task_state import TaskState
+from spark_statestore.stores.protocol import Store
 
 
 class StoreProcessor(StatefulProcessor):
@@ -130,7 +131,7 @@ class StoreProcessor(StatefulProcessor):
     def teardown(self) -> None:
         """Called in every `close()`, before the batch is prepared."""
 
-    def store(self, name: str) -> Any:
+    def store(self, name: str) -> Store:
         """The typed store `name` of this task's partition."""
         if self._state is None:
             raise StateStoreError(

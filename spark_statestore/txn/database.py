@@ -103,7 +103,7 @@ class TransactionalDatabase:
         self.metrics = TransactionMetrics()
         self._lock = threading.RLock()
         self._keyspaces: dict[str, TransactionalKeySpace] = {}
-        self._stores: dict[str, Any] = {}
+        self._stores: dict[str, StateStore] = {}
         self._specs: dict[str, StoreSpec] = {}  # of the open stores
         self._views: weakref.WeakSet[ReadOnlyView] = weakref.WeakSet()
         self._meta = self.db.column_family(META_COLUMN_FAMILY)
@@ -151,11 +151,11 @@ class TransactionalDatabase:
         spec = StoreSpec.window(name, retention_period, window_size, retain_duplicates, segment_interval, clock=clock)
         return self.open_store(spec, on_close)  # type: ignore[return-value]
 
-    def store(self, name: str) -> Any:
+    def store(self, name: str) -> StateStore:
         return self._stores[name]
 
     @property
-    def stores(self) -> dict[str, Any]:
+    def stores(self) -> dict[str, StateStore]:
         return dict(self._stores)
 
     # -- transactions -------------------------------------------------------------------
