@@ -256,3 +256,44 @@ def test_a_warm_batch_costs_one_listing_and_no_existence_check_of_two_requests(s
     _batch(s3a_location, local, 3)
     requests = {kind: n for kind, n in proxy.snapshot().items() if not kind.startswith("bytes")}
     assert requests == {"HEAD": 4, "LIST": 1, "GET": 1, "PUT": 1}, proxy.log
+
+
+def test_per_bucket_s3a_keys_win_for_their_bucket_only():
+    """S3A's `fs.s3a.bucket.<bucket>.<key>` overrides `fs.s3a.<key>` for that bucket (a
+    bucket name may hold dots); other buckets keep the general keys."""
+    from spark_statestore.checkpoint.object_store import S3Settings
+
+    conf = {
+        "spark.hadoop.fs.s3a.endpoint": "general:1",
+        "spark.hadoop.fs.s3a.attempts.maximum": "4",
+        "spark.hadoop.fs.s3a.bucket.logs.v2.endpoint": "http://logs:2",
+        "fs.s3a.bucket.logs.v2.endpoint.region": "eu-west-1",  # a running session's key
+        "spark.hadoop.fs.s3a.bucket.other.access.key": "AKIA",
+    }
+    settings = S3Settings.from_conf(conf.get, conf)
+    logs = settings.for_bucket("logs.v2")
+    assert (logs.endpoint, logs.scheme, logs.region, logs.attempts) == ("logs:2", "http", "eu-west-1", 4)
+    assert settings.for_bucket("other").access_key == "AKIA" and settings.for_bucket("other").endpoint == "general:1"
+    assert settings.for_bucket("elsewhere") == settings and settings.endpoint == "general:1"
+    with pytest.raises(ValueError, match=r"fs\.s3a\.bucket\.b\.attempts\.maximum must .*got 'x'"):
+        S3Settings.from_conf({"fs.s3a.bucket.b.attempts.maximum": "x"}.get, ["fs.s3a.bucket.b.attempts.maximum"])
+
+
+def test_a_bucket_is_reached_at_its_per_bucket_endpoint(proxy, monkeypatch, tmp_path):
+    """The general endpoint refuses connections; the bucket's own endpoint is the store."""
+    from spark_statestore.checkpoint import object_store
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}.v1"
+    boto3.client("s3", endpoint_url=f"http://{proxy.endpoint}").create_bucket(Bucket=bucket)
+    conf = {"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9", "fs.s3a.attempts.maximum": "1",
+            f"fs.s3a.bucket.{bucket}.endpoint": f"http://{proxy.endpoint}", f"fs.s3a.bucket.{bucket}.attempts.maximum": "2"}
+    object_store.use(object_store.S3Settings.from_conf(conf.get, conf))
+    try:
+        location = f"s3a://{bucket}/query"
+        _batch(location, str(tmp_path / "a"), 0)
+        proxy.faults.errors.append(503)  # retried: the bucket's 2 attempts, not the general 1
+        assert _read_all(location, str(tmp_path / "b"), 1) == {b"k0": b"0"}
+    finally:
+        object_store.use(None)
+        proxy.faults.errors.clear()
