@@ -297,3 +297,35 @@ def test_a_bucket_is_reached_at_its_per_bucket_endpoint(proxy, monkeypatch, tmp_
     finally:
         object_store.use(None)
         proxy.faults.errors.clear()
+
+
+def test_the_drivers_metrics_of_a_batch_read_the_layout_once_and_nothing_when_no_batch_is_new(s3a_location, proxy, tmp_path):
+    """What the driver's batch log reads per batch on an object store: the query's layout
+    once (it was read twice: HEAD+GET each time), and when no batch committed since the
+    last one logged, neither the partitions' folders nor the driver's facts are listed."""
+    from spark_statestore.partition.layout import Layout, record_query_layout
+    from spark_statestore.partition.stats import PartitionMetrics
+    from spark_statestore.spark.driver.metrics import StateStoreMetrics
+    from spark_statestore.spark.task_metrics import TaskMetrics
+
+    record_query_layout(s3a_location, Layout.of([StoreSpec.key_value("kv")], None))
+    s3 = boto3.client("s3", endpoint_url=f"http://{proxy.endpoint}")
+    bucket, prefix = s3a_location.removeprefix("s3a://").split("/", 1)
+    for batch in range(2):
+        state = PartitionState(s3a_location, 0, [StoreSpec.key_value("kv")], WorkerResources(str(tmp_path / "l")))
+        state.open(batch)
+        state.store("kv").put(b"k", b"%d" % batch)
+        state.prepare()
+        state.keep_metrics(TaskMetrics.of(PartitionMetrics(), query_id="q", batch_id=batch, partition=0,
+                                          task_attempt_id=batch).as_dict())
+        state.close()
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/commits/{batch}", Body=b"v1\n{}\n")
+    metrics = StateStoreMetrics(s3a_location)
+    proxy.reset_counts()
+    assert [r["batch_id"] for r in metrics.task_records(20, after=0)] == [1]
+    layout_reads = [r for r in proxy.log if r[1].endswith("/statestore/_layout")]
+    assert layout_reads == [("HEAD", f"/{bucket}/{prefix}/statestore/_layout"), ("GET", f"/{bucket}/{prefix}/statestore/_layout")]
+    proxy.reset_counts()
+    assert metrics.batches(20, after=1) == []
+    listed = [path for kind, path in proxy.log if kind == "LIST"]
+    assert not any("statestore/" in path for path in listed), proxy.log

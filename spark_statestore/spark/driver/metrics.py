@@ -55,8 +55,7 @@ class StateStoreMetrics:
         """The records of the newest `batches` committed batches (all with None) after
         batch `after`, ordered by batch and partition; `NoStateError` naming the location
         when there is no state under it (as the records reader raises)."""
-        StateLocation.open(self.checkpoint_location, self.filesystem)
-        read = committed_task_records(self.checkpoint_location, batches, self.filesystem, after)
+        read = committed_task_records(StateLocation.open(self.checkpoint_location, self.filesystem), batches, after)
         records, problems = [], list(read.problems)
         for key, record in sorted(read.records.items()):
             try:
@@ -79,7 +78,7 @@ class StateStoreMetrics:
         by_batch: dict[int, list[dict]] = {}
         for record in self.task_records(batches, after):
             by_batch.setdefault(record["batch_id"], []).append(record)
-        facts, problems = read_batch_facts(self.checkpoint_location, by_batch, self.filesystem)
+        facts, problems = read_batch_facts(self.checkpoint_location, by_batch, self.filesystem) if by_batch else ({}, [])
         self._warn(problems)
         out = []
         for batch, records in by_batch.items():
