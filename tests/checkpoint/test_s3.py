@@ -329,3 +329,29 @@ def test_the_drivers_metrics_of_a_batch_read_the_layout_once_and_nothing_when_no
     assert metrics.batches(20, after=1) == []
     listed = [path for kind, path in proxy.log if kind == "LIST"]
     assert not any("statestore/" in path for path in listed), proxy.log
+
+
+def test_the_tasks_of_a_query_run_read_its_layout_once(s3a_location, proxy, tmp_path):
+    """The layout file (a HEAD and a GET) is read by the first task of a query run in a
+    process, not by every batch and partition: only a rescale replaces it, and a rescale
+    runs while the query is stopped (a new run reads it again)."""
+    from spark_statestore.partition.layout import Layout, record_query_layout
+
+    record_query_layout(s3a_location, Layout.of([StoreSpec.key_value("kv")], None))
+    layout = f"/{s3a_location.removeprefix('s3a://')}/statestore/_layout"
+
+    def batch(run: str, batch: int) -> None:
+        state = PartitionState(s3a_location, 0, [StoreSpec.key_value("kv")], WorkerResources(str(tmp_path / "l")),
+                               query_run=run)
+        state.open(batch)
+        state.store("kv").put(b"k", b"%d" % batch)
+        state.prepare()
+        state.close()
+
+    proxy.reset_counts()
+    for n in range(3):
+        batch("run-1", n)
+    assert [kind for kind, path in proxy.log if path == layout] == ["HEAD", "GET"]
+    proxy.reset_counts()
+    batch("run-2", 3)  # a restarted query
+    assert [kind for kind, path in proxy.log if path == layout] == ["HEAD", "GET"]
