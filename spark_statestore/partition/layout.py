@@ -180,7 +180,7 @@ def read_query_layout(location: str, filesystem: pafs.FileSystem | None = None) 
 
 
 _RUN_LAYOUTS_KEPT = 64  # (location, run) entries a process keeps
-_run_layouts: OrderedDict[tuple[str, str], Layout | None] = OrderedDict()
+_run_layouts: OrderedDict[tuple[str, str], Layout] = OrderedDict()
 _run_layouts_lock = threading.Lock()
 
 
@@ -190,7 +190,7 @@ def query_layout_of_run(location: str, run: str | None, filesystem: pafs.FileSys
     replaces the file once the query ran, and a rescale runs while the query is stopped
     (`rescale.check_stopped`): the run that read it ends before, the next one is another
     run and reads it anew. Saves a HEAD and a GET per batch and partition on an object
-    store."""
+    store. No file is not kept (a driver records it before the query's first batch)."""
     if run is None or filesystem is not None:
         return read_query_layout(location, filesystem)
     key = (location, run)
@@ -199,6 +199,8 @@ def query_layout_of_run(location: str, run: str | None, filesystem: pafs.FileSys
             _run_layouts.move_to_end(key)
             return _run_layouts[key]
     layout = read_query_layout(location)
+    if layout is None:
+        return None
     with _run_layouts_lock:
         _run_layouts[key] = layout
         while len(_run_layouts) > _RUN_LAYOUTS_KEPT:

@@ -329,6 +329,10 @@ def test_the_drivers_metrics_of_a_batch_read_the_layout_once_and_nothing_when_no
     assert metrics.batches(20, after=1) == []
     listed = [path for kind, path in proxy.log if kind == "LIST"]
     assert not any("statestore/" in path for path in listed), proxy.log
+    proxy.reset_counts()  # following a query run (the batch log's progress events): its layout is read once
+    for _ in range(2):
+        assert [s["batch_id"] for s in metrics.batches(20, after=0, run="run-1")] == [1]
+    assert [r for r in proxy.log if r[1].endswith("/statestore/_layout")] == layout_reads
 
 
 def test_the_tasks_of_a_query_run_read_its_layout_once(s3a_location, proxy, tmp_path):
