@@ -62,7 +62,7 @@ def resolve_location(location: str, filesystem: pafs.FileSystem | None = None) -
     if parsed.scheme == "s3" and not parsed.query:
         if not parsed.netloc:
             raise ValueError(f"checkpoint location {given!r} names no bucket")
-        return object_store.filesystem(), f"{parsed.netloc}{parsed.path}".rstrip("/")
+        return object_store.filesystem(parsed.netloc), f"{parsed.netloc}{parsed.path}".rstrip("/")
     try:
         fs, path = pafs.FileSystem.from_uri(location)
     except Exception as e:  # pyarrow raises ArrowInvalid / ArrowNotImplementedError / OSError
@@ -102,7 +102,7 @@ class DurableDir:
         self._renames = fs.type_name in _RENAMING
         self._local = fs.type_name == "local"
         self._made_dirs: set[str] = set()
-        self._attempts = 1 if self._local else object_store.attempts()
+        self._attempts = 1 if self._local else object_store.attempts(self.root.lstrip("/").split("/", 1)[0])
 
     def __repr__(self) -> str:
         return f"DurableDir({self.fs.type_name}:{self.root})"

@@ -13,6 +13,8 @@ version (the recorded versions must stay its first ones: see `serde/evolution.py
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -177,10 +179,42 @@ def read_query_layout(location: str, filesystem: pafs.FileSystem | None = None) 
     return Layout.from_json(raw.decode("utf-8", "replace"), durable.uri(QUERY_LAYOUT))
 
 
-def current_generation(location: str, partition: int, filesystem: pafs.FileSystem | None = None) -> int:
+_RUN_LAYOUTS_KEPT = 64  # (location, run) entries a process keeps
+_run_layouts: OrderedDict[tuple[str, str], Layout] = OrderedDict()
+_run_layouts_lock = threading.Lock()
+
+
+def query_layout_of_run(location: str, run: str | None, filesystem: pafs.FileSystem | None = None) -> Layout | None:
+    """The layout recorded for the state under `location`, read once per query run `run`
+    in this process (None, or a `filesystem` given: read on every call). Only `rescale`
+    replaces the file once the query ran, and a rescale runs while the query is stopped
+    (`rescale.check_stopped`): the run that read it ends before, the next one is another
+    run and reads it anew. Saves a HEAD and a GET per batch and partition on an object
+    store. No file is not kept (a driver records it before the query's first batch)."""
+    if run is None or filesystem is not None:
+        return read_query_layout(location, filesystem)
+    key = (location, run)
+    with _run_layouts_lock:
+        if key in _run_layouts:
+            _run_layouts.move_to_end(key)
+            return _run_layouts[key]
+    layout = read_query_layout(location)
+    if layout is None:
+        return None
+    with _run_layouts_lock:
+        _run_layouts[key] = layout
+        while len(_run_layouts) > _RUN_LAYOUTS_KEPT:
+            _run_layouts.popitem(last=False)
+    return layout
+
+
+def current_generation(
+    location: str, partition: int, filesystem: pafs.FileSystem | None = None, run: str | None = None
+) -> int:
     """The generation a writer of `partition` uses now (0 before any rescale); a partition
-    the generation does not have is refused, naming the counts."""
-    layout = read_query_layout(location, filesystem)
+    the generation does not have is refused, naming the counts. `run`: the query's run
+    (`query_layout_of_run`)."""
+    layout = query_layout_of_run(location, run, filesystem)
     if layout is None or not layout.generations:
         return 0
     generation = layout.generation

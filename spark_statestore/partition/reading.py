@@ -37,7 +37,7 @@ from spark_statestore.kinds.build import build_store
 from spark_statestore.partition.columns_copy import ColumnsCopy, NeedsCopy
 from spark_statestore.partition.columnar import CHUNK, ChangeColumns, StoreColumns, changelog_columns, store_columns
 from spark_statestore.partition.generations import serving
-from spark_statestore.partition.layout import Layout, read_query_layout
+from spark_statestore.partition.layout import Layout, query_layout_of_run
 from spark_statestore.partition.local import LocalPartitionDir
 from spark_statestore.partition.metadata import EMPTY, VersionId
 from spark_statestore.partition.place import PartitionPlace
@@ -77,9 +77,10 @@ class StateLocation:
         return replace(self, generation=serving(self.layout.history, batch).number)
 
     @staticmethod
-    def open(location: str, filesystem: pafs.FileSystem | None = None) -> "StateLocation":
-        """The state under `location`; `NoStateError` naming it when there is none."""
-        layout = read_query_layout(location, filesystem)
+    def open(location: str, filesystem: pafs.FileSystem | None = None, run: str | None = None) -> "StateLocation":
+        """The state under `location`; `NoStateError` naming it when there is none. `run`:
+        the query run it is read for (its layout is read once per run: `query_layout_of_run`)."""
+        layout = query_layout_of_run(location, run, filesystem)
         if layout is None:
             _, root = resolve_location(location, filesystem)
             raise NoStateError(f"there is no spark_statestore state under {location} (no {statestore_dir(root)}/_layout)")

@@ -72,7 +72,9 @@ class PartitionState:
     `resources`: what the process shares between partitions (its local directory among
     them); `options`: the protocol's settings (None: the defaults); `filesystem`: the `pyarrow.fs` filesystem of
     the checkpoint location (None: resolved from the location); `on_changes(store, changes)`
-    receives what each cached store forwards when its cache flushes."""
+    receives what each cached store forwards when its cache flushes; `query_run`: the id of
+    the query's run (None: unknown): the query's layout file is read once per run and
+    process (`layout.query_layout_of_run`)."""
 
     def __init__(
         self,
@@ -84,6 +86,7 @@ class PartitionState:
         *,
         filesystem: pafs.FileSystem | None = None,
         on_changes: OnChanges | None = None,
+        query_run: str | None = None,
     ) -> None:
         self.partition = check_int(partition, "partition", 0)
         self.resources = check_instance(resources, WorkerResources, "resources", optional=False)
@@ -95,7 +98,8 @@ class PartitionState:
         if on_changes is not None and not callable(on_changes):
             raise TypeError(f"on_changes must be callable or None, got {type(on_changes).__name__}")
         fs, root = resolve_location(checkpoint_location, filesystem)
-        generation = current_generation(checkpoint_location, self.partition, filesystem)
+        check_instance(query_run, str, "query_run")
+        generation = current_generation(checkpoint_location, self.partition, filesystem, query_run)
         self._commit_log = DurableDir(fs, commits_dir(root))  # Spark's: which batches the driver committed
         self._local_key = local_key(checkpoint_location, generation)
         self.place = PartitionPlace(

@@ -31,7 +31,7 @@ from spark_statestore.checkpoint.filesystem import DurableDir, small_json
 from spark_statestore.checkpoint.names import metrics_name
 from spark_statestore.errors import CorruptStateError
 from spark_statestore.partition.history import DurableHistory, Vanished
-from spark_statestore.partition.reading import NoStateError, StateLocation
+from spark_statestore.partition.reading import StateLocation
 
 FORMAT = 1
 MAX_RECORD_BYTES = 1 << 16
@@ -100,21 +100,18 @@ def read_partition_records(
             out.problems.append(f"metrics record {durable.uri(name)} {e}: skipped")
 
 
-def committed_task_records(
-    location: str, last: int | None = None, filesystem: pafs.FileSystem | None = None, after: int = -1
-) -> TaskRecords:
-    """The records of the committed versions under the checkpoint `location`: of the newest
-    `last` committed batches (all with None) that come after batch `after`."""
+def committed_task_records(state: StateLocation, last: int | None = None, after: int = -1) -> TaskRecords:
+    """The records of the committed versions of `state` (a checkpoint's, opened once by the
+    caller: its layout is one read): of the newest `last` committed batches (all with None)
+    that come after batch `after`."""
     out = TaskRecords()
-    try:
-        state = StateLocation.open(location, filesystem)
-    except NoStateError:
-        return out
     head = state.committed_batch()
     if head is None:
         return out
     first = 0 if last is None else head - last + 1  # Spark commits batches in order
     wanted = set(range(max(first, after + 1, 0), head + 1))
+    if not wanted:
+        return out  # nothing committed after `after`: no partition listed
     for partition in state.partitions:
         read_partition_records(state.durable(partition), partition, head, wanted, out)
     return out

@@ -256,3 +256,106 @@ def test_a_warm_batch_costs_one_listing_and_no_existence_check_of_two_requests(s
     _batch(s3a_location, local, 3)
     requests = {kind: n for kind, n in proxy.snapshot().items() if not kind.startswith("bytes")}
     assert requests == {"HEAD": 4, "LIST": 1, "GET": 1, "PUT": 1}, proxy.log
+
+
+def test_per_bucket_s3a_keys_win_for_their_bucket_only():
+    """S3A's `fs.s3a.bucket.<bucket>.<key>` overrides `fs.s3a.<key>` for that bucket (a
+    bucket name may hold dots); other buckets keep the general keys."""
+    from spark_statestore.checkpoint.object_store import S3Settings
+
+    conf = {
+        "spark.hadoop.fs.s3a.endpoint": "general:1",
+        "spark.hadoop.fs.s3a.attempts.maximum": "4",
+        "spark.hadoop.fs.s3a.bucket.logs.v2.endpoint": "http://logs:2",
+        "fs.s3a.bucket.logs.v2.endpoint.region": "eu-west-1",  # a running session's key
+        "spark.hadoop.fs.s3a.bucket.other.access.key": "AKIA",
+    }
+    settings = S3Settings.from_conf(conf.get, conf)
+    logs = settings.for_bucket("logs.v2")
+    assert (logs.endpoint, logs.scheme, logs.region, logs.attempts) == ("logs:2", "http", "eu-west-1", 4)
+    assert settings.for_bucket("other").access_key == "AKIA" and settings.for_bucket("other").endpoint == "general:1"
+    assert settings.for_bucket("elsewhere") == settings and settings.endpoint == "general:1"
+    with pytest.raises(ValueError, match=r"fs\.s3a\.bucket\.b\.attempts\.maximum must .*got 'x'"):
+        S3Settings.from_conf({"fs.s3a.bucket.b.attempts.maximum": "x"}.get, ["fs.s3a.bucket.b.attempts.maximum"])
+
+
+def test_a_bucket_is_reached_at_its_per_bucket_endpoint(proxy, monkeypatch, tmp_path):
+    """The general endpoint refuses connections; the bucket's own endpoint is the store."""
+    from spark_statestore.checkpoint import object_store
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    bucket = f"ckpt-{uuid.uuid4().hex[:12]}.v1"
+    boto3.client("s3", endpoint_url=f"http://{proxy.endpoint}").create_bucket(Bucket=bucket)
+    conf = {"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9", "fs.s3a.attempts.maximum": "1",
+            f"fs.s3a.bucket.{bucket}.endpoint": f"http://{proxy.endpoint}", f"fs.s3a.bucket.{bucket}.attempts.maximum": "2"}
+    object_store.use(object_store.S3Settings.from_conf(conf.get, conf))
+    try:
+        location = f"s3a://{bucket}/query"
+        _batch(location, str(tmp_path / "a"), 0)
+        proxy.faults.errors.append(503)  # retried: the bucket's 2 attempts, not the general 1
+        assert _read_all(location, str(tmp_path / "b"), 1) == {b"k0": b"0"}
+    finally:
+        object_store.use(None)
+        proxy.faults.errors.clear()
+
+
+def test_the_drivers_metrics_of_a_batch_read_the_layout_once_and_nothing_when_no_batch_is_new(s3a_location, proxy, tmp_path):
+    """What the driver's batch log reads per batch on an object store: the query's layout
+    once (it was read twice: HEAD+GET each time), and when no batch committed since the
+    last one logged, neither the partitions' folders nor the driver's facts are listed."""
+    from spark_statestore.partition.layout import Layout, record_query_layout
+    from spark_statestore.partition.stats import PartitionMetrics
+    from spark_statestore.spark.driver.metrics import StateStoreMetrics
+    from spark_statestore.spark.task_metrics import TaskMetrics
+
+    record_query_layout(s3a_location, Layout.of([StoreSpec.key_value("kv")], None))
+    s3 = boto3.client("s3", endpoint_url=f"http://{proxy.endpoint}")
+    bucket, prefix = s3a_location.removeprefix("s3a://").split("/", 1)
+    for batch in range(2):
+        state = PartitionState(s3a_location, 0, [StoreSpec.key_value("kv")], WorkerResources(str(tmp_path / "l")))
+        state.open(batch)
+        state.store("kv").put(b"k", b"%d" % batch)
+        state.prepare()
+        state.keep_metrics(TaskMetrics.of(PartitionMetrics(), query_id="q", batch_id=batch, partition=0,
+                                          task_attempt_id=batch).as_dict())
+        state.close()
+        s3.put_object(Bucket=bucket, Key=f"{prefix}/commits/{batch}", Body=b"v1\n{}\n")
+    metrics = StateStoreMetrics(s3a_location)
+    proxy.reset_counts()
+    assert [r["batch_id"] for r in metrics.task_records(20, after=0)] == [1]
+    layout_reads = [r for r in proxy.log if r[1].endswith("/statestore/_layout")]
+    assert layout_reads == [("HEAD", f"/{bucket}/{prefix}/statestore/_layout"), ("GET", f"/{bucket}/{prefix}/statestore/_layout")]
+    proxy.reset_counts()
+    assert metrics.batches(20, after=1) == []
+    listed = [path for kind, path in proxy.log if kind == "LIST"]
+    assert not any("statestore/" in path for path in listed), proxy.log
+    proxy.reset_counts()  # following a query run (the batch log's progress events): its layout is read once
+    for _ in range(2):
+        assert [s["batch_id"] for s in metrics.batches(20, after=0, run="run-1")] == [1]
+    assert [r for r in proxy.log if r[1].endswith("/statestore/_layout")] == layout_reads
+
+
+def test_the_tasks_of_a_query_run_read_its_layout_once(s3a_location, proxy, tmp_path):
+    """The layout file (a HEAD and a GET) is read by the first task of a query run in a
+    process, not by every batch and partition: only a rescale replaces it, and a rescale
+    runs while the query is stopped (a new run reads it again)."""
+    from spark_statestore.partition.layout import Layout, record_query_layout
+
+    record_query_layout(s3a_location, Layout.of([StoreSpec.key_value("kv")], None))
+    layout = f"/{s3a_location.removeprefix('s3a://')}/statestore/_layout"
+
+    def batch(run: str, batch: int) -> None:
+        state = PartitionState(s3a_location, 0, [StoreSpec.key_value("kv")], WorkerResources(str(tmp_path / "l")),
+                               query_run=run)
+        state.open(batch)
+        state.store("kv").put(b"k", b"%d" % batch)
+        state.prepare()
+        state.close()
+
+    proxy.reset_counts()
+    for n in range(3):
+        batch("run-1", n)
+    assert [kind for kind, path in proxy.log if path == layout] == ["HEAD", "GET"]
+    proxy.reset_counts()
+    batch("run-2", 3)  # a restarted query
+    assert [kind for kind, path in proxy.log if path == layout] == ["HEAD", "GET"]

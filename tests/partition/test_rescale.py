@@ -440,3 +440,32 @@ def test_claims_on_an_object_store_let_one_rescale_through(s3_endpoint, bucket):
         fs.delete_file(f"{root}/statestore/_rescale/{fourth.name}")  # an operator took it for a killed one's
         with pytest.raises(RescaleClaimedError, match="was removed while it ran"):
             fourth.check_held()
+
+
+def test_a_query_run_reads_the_layout_once_and_the_run_after_a_rescale_reads_the_new_one(tmp_path):
+    """Tasks of one query run read the layout file once per process (a rescale runs only
+    while the query is stopped); the run that follows a rescale is another run and writes
+    the new generation, never the old one (a stale layout would put its changelogs where
+    nothing reads them)."""
+    from spark_statestore.checkpoint.names import partition_dir
+
+    location, local = str(tmp_path / "checkpoint"), str(tmp_path / "local")
+    w.start(location)
+    for batch in range(3):
+        w.run_batch(location, local, 2, batch)
+
+    def task(run: str, partition: int) -> PartitionState:
+        return PartitionState(location, partition, w.SPECS, WorkerResources(os.path.join(local, run, str(partition))),
+                              query_run=run)
+
+    assert task("run-1", 1).durable.root == partition_dir(location, 1, 0)
+    os.rename(os.path.join(location, "statestore", "_layout"), os.path.join(location, "layout.aside"))
+    assert task("run-1", 0).durable.root == partition_dir(location, 0, 0)  # not read again in the run
+    os.rename(os.path.join(location, "layout.aside"), os.path.join(location, "statestore", "_layout"))
+    rescale(location, 3)
+    for partition in range(3):  # the next run, on 3 partitions: generation 1, with the moved state
+        state = task("run-2", partition)
+        assert state.durable.root == partition_dir(location, partition, 1)
+        state.open(3)
+        state.close()
+    assert w.read_state(location, 2)[:2] == w.reference(3)

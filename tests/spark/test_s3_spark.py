@@ -28,11 +28,12 @@ import pandas as pd
 import pytest
 import spark_jobs
 import test_spark_partitions as partitions
+import test_spark_tws_row as row_tws
 import windowed_reference
 from conftest import NO_S3A_REASON, S3A_JARS
 from s3_proxy import S3Proxy
 
-from spark_statestore.spark import StateStoreMetrics
+from spark_statestore.spark import StateStoreMetrics, compat
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3a,
               pytest.mark.skipif(S3A_JARS is None, reason=NO_S3A_REASON or "no hadoop-aws")]
@@ -149,10 +150,14 @@ def check_tools(location: str, proxy: S3Proxy, tmp_path) -> None:
 ADAPTERS = {  # an adapter's job and the check of its output against the batch reference
     "applyInPandasWithState": (partitions.run_group_totals, partitions.check_group_totals),
     "partition_function": (partitions.run_partition_totals, partitions.check_change_stream),
+    "transformWithState": (row_tws.run_row_totals, row_tws.check_row_totals),  # StoreProcessor over Rows
 }
+NO_ROW_TWS = pytest.mark.skipif(not compat.FACTS.row_transform_with_state,
+                                reason=f"pyspark {compat.VERSION} has no Row-based transformWithState")
 
 
-@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+@pytest.mark.parametrize("adapter", [pytest.param(a, marks=NO_ROW_TWS) if a == "transformWithState" else a
+                                     for a in sorted(ADAPTERS)])
 def test_an_adapter_on_s3a_is_exactly_once_after_a_restart_on_a_new_executor(classic_spark, s3a, proxy, tmp_path, adapter):
     run, check = ADAPTERS[adapter]
     spark, job = classic_spark, str(tmp_path / "job")

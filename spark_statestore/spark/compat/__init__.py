@@ -123,6 +123,8 @@ __all__ = [
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"  # see READER_FILTER_PUSHDOWN
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+# a streaming query's tasks run in the job group of its run: the run's id (StreamExecution.runId)
+RUN_ID_PROPERTY = "spark.jobGroup.id"
 _TRANSFORM_WITH_STATE = {  # PythonEvalType's names (the Row ones from 4.1) -> the operator
     "SQL_TRANSFORM_WITH_STATE_PANDAS_UDF": "transformWithStateInPandas",
     "SQL_TRANSFORM_WITH_STATE_PANDAS_INIT_STATE_UDF": "transformWithStateInPandas",

@@ -51,12 +51,13 @@ class StateStoreMetrics:
         for problem in new:
             log.warning("spark_statestore metrics of %s: %s", self.checkpoint_location, problem)
 
-    def task_records(self, batches: int | None = None, after: int = -1) -> list[dict]:
+    def task_records(self, batches: int | None = None, after: int = -1, run: str | None = None) -> list[dict]:
         """The records of the newest `batches` committed batches (all with None) after
         batch `after`, ordered by batch and partition; `NoStateError` naming the location
-        when there is no state under it (as the records reader raises)."""
-        StateLocation.open(self.checkpoint_location, self.filesystem)
-        read = committed_task_records(self.checkpoint_location, batches, self.filesystem, after)
+        when there is no state under it (as the records reader raises). `run`: the id of
+        the query run being followed (its layout is read once: `query_layout_of_run`)."""
+        state = StateLocation.open(self.checkpoint_location, self.filesystem, run)
+        read = committed_task_records(state, batches, after)
         records, problems = [], list(read.problems)
         for key, record in sorted(read.records.items()):
             try:
@@ -72,14 +73,14 @@ class StateStoreMetrics:
             self.query_id = records[-1]["query_id"]
         return records
 
-    def batches(self, batches: int | None = None, after: int = -1) -> list[dict]:
+    def batches(self, batches: int | None = None, after: int = -1, run: str | None = None) -> list[dict]:
         """One summary per committed batch (`summarize`; arguments as `task_records`),
         with the driver's facts of the batch where the JVM shim kept them (else
         `rows_dropped_by_watermark` is None and `early_triggers` 0)."""
         by_batch: dict[int, list[dict]] = {}
-        for record in self.task_records(batches, after):
+        for record in self.task_records(batches, after, run):
             by_batch.setdefault(record["batch_id"], []).append(record)
-        facts, problems = read_batch_facts(self.checkpoint_location, by_batch, self.filesystem)
+        facts, problems = read_batch_facts(self.checkpoint_location, by_batch, self.filesystem) if by_batch else ({}, [])
         self._warn(problems)
         out = []
         for batch, records in by_batch.items():
@@ -131,15 +132,15 @@ class BatchLog:
         with self._lock:
             self._watched.setdefault(metrics.checkpoint_location, (metrics, head))
 
-    def on_progress(self, query_id: str | None) -> None:
+    def on_progress(self, query_id: str | None, run: str | None = None) -> None:
         """Log the batches committed since the last call (of the query, once its
-        checkpoint is known to be the query's)."""
+        checkpoint is known to be the query's; `run`: the run that made progress)."""
         with self._lock:
             watched = list(self._watched.items())
         for location, (metrics, logged) in watched:
             if query_id is not None and metrics.query_id not in (None, query_id):
                 continue
-            summaries = metrics.batches(LOGGED_BATCHES, after=logged)
+            summaries = metrics.batches(LOGGED_BATCHES, after=logged, run=run)
             for summary in summaries:
                 self._logger(batch_line(summary))
             if summaries:
@@ -194,7 +195,10 @@ class _Listener(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:
         progress = getattr(event, "progress", None)
-        self._log_batches(None if progress is None else str(progress.id))
+        if progress is None:
+            self._log_batches(None)
+        else:
+            self._log_batches(str(progress.id), str(progress.runId))
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -202,9 +206,9 @@ class _Listener(StreamingQueryListener):
     def onQueryTerminated(self, event: Any) -> None:
         self._log_batches(str(event.id))
 
-    def _log_batches(self, query_id: str | None) -> None:
+    def _log_batches(self, query_id: str | None, run: str | None = None) -> None:
         try:
-            self._log.on_progress(query_id)
+            self._log.on_progress(query_id, run)
         except Exception:  # a listener must never break the query
             log.warning("spark_statestore metrics listener failed", exc_info=True)
 

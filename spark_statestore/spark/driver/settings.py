@@ -179,15 +179,18 @@ class StateStoreSettings:
     s3: S3Settings = S3Settings()
 
     @classmethod
-    def from_conf(cls, get: Callable[[str], str | None], task_slots: int = 1) -> "StateStoreSettings":
+    def from_conf(
+        cls, get: Callable[[str], str | None], task_slots: int = 1, keys: Iterable[str] = ()
+    ) -> "StateStoreSettings":
         """Settings from a lookup of configuration keys (None = not set), for executors
-        that run `task_slots` tasks at once."""
+        that run `task_slots` tasks at once; `keys`: the names set (where the per-bucket
+        S3A keys are found)."""
         values = {}
         for setting in SETTINGS:
             found = get(setting.key)
             values[setting.field] = setting.parse(setting.key, setting.default if found is None else found)
         task_cpus(get)  # a bad spark.task.cpus fails here, naming the key
-        return cls(task_slots=task_slots, s3=S3Settings.from_conf(get), **values)
+        return cls(task_slots=task_slots, s3=S3Settings.from_conf(get, keys), **values)
 
     @classmethod
     def defaults(cls) -> "StateStoreSettings":
@@ -198,9 +201,10 @@ class StateStoreSettings:
         """Settings of a SparkSession, classic or Spark Connect, read through `spark.conf`
         alone (a session's conf holds what its SparkConf was started with, too); an
         unknown `spark.statestore.*` key among them is refused (`check_keys`)."""
-        check_keys(spark.conf.getAll)
+        keys = list(spark.conf.getAll)
+        check_keys(keys)
         get = session_conf(spark)
-        settings = cls.from_conf(get, session_task_slots(spark, get))
+        settings = cls.from_conf(get, session_task_slots(spark, get), keys)
         object_store.use(settings.s3)  # the driver reads the state (metrics, reader) as the tasks do
         return settings
 

@@ -17,6 +17,7 @@ class TaskInfo:
     task_attempt_id: int
     query_id: str | None
     stage_id: int
+    run_id: str | None = None  # the query's run (a restart starts another)
 
 
 def current_task() -> TaskInfo | None:
@@ -41,4 +42,5 @@ def current_task() -> TaskInfo | None:
         task_attempt_id=context.taskAttemptId(),
         query_id=context.getLocalProperty(compat.QUERY_ID_PROPERTY),
         stage_id=context.stageId(),
+        run_id=context.getLocalProperty(compat.RUN_ID_PROPERTY),
     )

@@ -81,6 +81,7 @@ class TaskState:
             resources,
             options,
             on_changes=self._on_changes,
+            query_run=self.task.run_id,
         )
         check_previous_batch_committed(self.config.checkpoint_location, self.task.batch_id, self.task.query_id)
         partition.open(self.task.batch_id)
