@@ -24,8 +24,17 @@ checkpoint's statestore/); time to restore after SIGKILL with the local state de
 
 Kafka Streams' and the per-partition job's outputs must be equal (the script exits 1 if not).
 
-    ./dev bench vs_kafka_streams --kafka            # 4M records, 100k keys (about 15 minutes)
-    ./dev bench vs_kafka_streams --kafka --quick    # a smoke run (about 4 minutes)
+The machine may be shared: wall-clock rates then depend on what else runs. So the two sides'
+throughput runs alternate (`--repeats`, A B A B), medians are reported, and for each run the
+script also reads from /proc the CPU seconds (user+system) per record of the side's own
+processes (Kafka Streams' JVM; Spark's driver, its JVM and Python workers; not the broker,
+which both share; Kafka Streams also writes its changelogs through it), the 1-minute load
+average while it ran, and the cores the rest of the machine kept busy (`proc_tree.py`). The
+line before the headline is the CPU ratio: Kafka Streams' CPU seconds per record over ours.
+
+    ./dev bench vs_kafka_streams --kafka            # 4M records, 100k keys
+    ... --records 2000000                           # 22 minutes here at a load of 4 to 44
+    ./dev bench vs_kafka_streams --kafka --quick    # a smoke run (12 minutes here at a load of 2 to 11)
     ... --profile                                   # cProfile in the per-partition Python workers
 """
 
@@ -407,7 +416,8 @@ def driver(job: dict) -> None:
 
 def latency(kafka: Any, args: Any, kind: str, rate: int) -> dict:
     """p50 and p99 seconds from a window's close to its receipt, at `rate` records a second,
-    and the CPU seconds per record fed the side's processes spent meanwhile."""
+    the CPU seconds per record fed the side's processes spent meanwhile, and the median
+    1-minute load average while they ran."""
     topic, output = f"live-{kind}-{uuid.uuid4().hex[:6]}", f"live-out-{kind}-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, args.partitions)
     kafka.create_topic(output, args.partitions)
@@ -431,15 +441,16 @@ def latency(kafka: Any, args: Any, kind: str, rate: int) -> dict:
     feeder.join()
     time.sleep(windowed_counts_ks.GRACE_MS / 1000 + 5)  # the last windows the feed closed
     cpu = (process.stats.sample().cpu - first.cpu) / max(feeder.sent, 1)
+    load = statistics.median(process.stats.loads)
     reader.stop.set()
     reader.join()
     process.kill()
     if not reader.values:
-        return {"p50": float("nan"), "p99": float("nan"), "latency_cpu": cpu}
+        return {"p50": float("nan"), "p99": float("nan"), "latency_cpu": cpu, "latency_load": load}
     p50, p99 = np.percentile(reader.values, [50, 99])
     print(f"{kind} latency at {rate:,} records/s: p50 {p50:.2f} s, p99 {p99:.2f} s ({len(reader.values):,} windows), "
-          f"{cpu * 1e6:,.1f} CPU us/record", flush=True)
-    return {"p50": float(p50), "p99": float(p99), "latency_cpu": cpu}
+          f"{cpu * 1e6:,.1f} CPU us/record, load average {load:.1f} (median)", flush=True)
+    return {"p50": float(p50), "p99": float(p99), "latency_cpu": cpu, "latency_load": load}
 
 
 # -- profile -------------------------------------------------------------------------------------
