@@ -24,8 +24,17 @@ checkpoint's statestore/); time to restore after SIGKILL with the local state de
 
 Kafka Streams' and the per-partition job's outputs must be equal (the script exits 1 if not).
 
-    ./dev bench vs_kafka_streams --kafka            # 4M records, 100k keys (about 15 minutes)
-    ./dev bench vs_kafka_streams --kafka --quick    # a smoke run (about 4 minutes)
+The machine may be shared: wall-clock rates then depend on what else runs. So the two sides'
+throughput runs alternate (`--repeats`, A B A B), medians are reported, and for each run the
+script also reads from /proc the CPU seconds (user+system) per record of the side's own
+processes (Kafka Streams' JVM; Spark's driver, its JVM and Python workers; not the broker,
+which both share; Kafka Streams also writes its changelogs through it), the 1-minute load
+average while it ran, and the cores the rest of the machine kept busy (`proc_tree.py`). The
+line before the headline is the CPU ratio: Kafka Streams' CPU seconds per record over ours.
+
+    ./dev bench vs_kafka_streams --kafka            # 4M records, 100k keys
+    ... --records 2000000                           # 22 minutes here at a load of 4 to 44
+    ./dev bench vs_kafka_streams --kafka --quick    # a smoke run (12 minutes here at a load of 2 to 11)
     ... --profile                                   # cProfile in the per-partition Python workers
 """
 
@@ -38,6 +47,7 @@ import os
 import pstats
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,6 +65,7 @@ sys.path.insert(0, HERE)
 
 import windowed_counts_ks  # noqa: E402
 from local_kafka import LocalKafka, connector_jars  # noqa: E402
+from proc_tree import Mark, TreeStats, others_cores  # noqa: E402
 
 CORES = "0,1"
 KS_THROUGHPUT = {"commit.interval.ms": 1000, "producer.batch.size": 262144}
@@ -90,7 +101,7 @@ class Feeder(threading.Thread):
         producer = Producer({**self.kafka.client_config(), "linger.ms": 5, "enable.idempotence": True})
         rng = np.random.default_rng(3)
         started = time.time()
-        sent = 0
+        sent = self.sent = 0
         while (now := time.time()) < started + self.seconds:
             due = int((now - started) * self.rate) - sent
             if due > 0:
@@ -105,6 +116,7 @@ class Feeder(threading.Thread):
                         except BufferError:
                             producer.poll(0.05)
                 sent += due
+                self.sent = sent
                 producer.poll(0)
             time.sleep(0.01)
         producer.flush(60)
@@ -144,56 +156,29 @@ class Latencies(threading.Thread):
 # -- processes -----------------------------------------------------------------------------------
 
 
-class TreeRss(threading.Thread):
-    """Peak of the summed RSS of a process and its descendants, sampled every 0.25 s."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.peak, self.stop = pid, 0, threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(0.25):
-            self.peak = max(self.peak, tree_rss(self.pid))
-
-
-def tree_rss(root: int) -> int:
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for status in glob.glob("/proc/[0-9]*/status"):
-        try:
-            with open(status) as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-        except OSError:
-            continue
-        pid = int(status.split("/")[2])
-        parents[pid] = int(fields.get("PPid", "0").strip() or 0)
-        rss[pid] = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(child for child, parent in parents.items() if parent == pid)
-    return total
-
-
 class Process:
-    """A process started under `taskset` in its own session, its stdout lines in a list
-    (every one started is killed when the run ends, however it ends)."""
+    """A process started under `taskset` in its own session, its stdout lines in a list, its
+    tree's RSS and CPU sampled (`stats`; at each `progress ` line too, so that a Spark job's
+    CPU is read as its batches end). Every one started is killed when the run ends, however
+    it ends."""
 
     started: list[Process] = []
 
     def __init__(self, command: list[str], log: str, env: dict | None = None) -> None:
         Process.started.append(self)
         self.lines: list[str] = []
+        self.progress: list[dict] = []  # the `progress ` lines' JSON, each with the tree's Mark when read
         self.log = open(log, "a")
         self.popen = subprocess.Popen(["taskset", "-c", CORES, *command], stdout=subprocess.PIPE,
                                       stderr=self.log, text=True, start_new_session=True, env=env)
-        self.rss = TreeRss(self.popen.pid)
-        self.rss.start()
+        self.stats = TreeStats(self.popen.pid)
+        self.stats.start()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         for line in self.popen.stdout:
+            if line.startswith("progress "):
+                self.progress.append({**json.loads(line[len("progress "):]), "mark": self.stats.sample()})
             self.lines.append(line.rstrip("\n"))
             self.log.write(line)
             self.log.flush()
@@ -215,7 +200,7 @@ class Process:
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait()
-        self.rss.stop.set()
+        self.stats.stop.set()
 
     def terminate(self) -> None:
         if self.popen.poll() is None:
@@ -224,7 +209,7 @@ class Process:
                 self.popen.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 self.kill()
-        self.rss.stop.set()
+        self.stats.stop.set()
 
 
 def du(path: str) -> int:
@@ -251,8 +236,26 @@ def kafka_streams(kafka: Any, args: Any, topic: str, output: str, config: dict, 
     return Process(command, log), app, state
 
 
-def run_kafka_streams(kafka: Any, args: Any, topic: str, total: int) -> dict:
-    """Throughput, peak RSS and state bytes over the whole topic, then the restore."""
+def measured(rate: float, first: Mark, last: Mark, process: Process) -> dict:
+    """A throughput run's figures: its rate, and between the two marks its tree's CPU seconds
+    per record and the cores the rest of the machine kept busy; the 1-minute load averages
+    seen while the process ran (min, median, max)."""
+    loads = process.stats.loads or [float("nan")]
+    return {"rate": rate, "cpu_per_record": (last.cpu - first.cpu) / max(rate * (last.wall - first.wall), 1e-9),
+            "cpu": last.cpu - first.cpu, "others": others_cores(first, last),
+            "load": (min(loads), statistics.median(loads), max(loads)), "rss": process.stats.peak}
+
+
+def describe(kind: str, result: dict) -> str:
+    low, mid, high = result["load"]
+    return (f"{kind}: {result['rate']:,.0f} records/s, {result['cpu_per_record'] * 1e6:,.1f} CPU us/record "
+            f"({result['cpu']:,.1f} CPU s), load average {low:.1f}/{mid:.1f}/{high:.1f} (min/median/max), "
+            f"other processes {result['others']:.2f} cores")
+
+
+def run_kafka_streams(kafka: Any, args: Any, topic: str, total: int, restore: bool) -> dict:
+    """Throughput, CPU, peak RSS and state bytes over the whole topic, then (`restore`) the
+    restore after SIGKILL with the local state deleted."""
     output = f"out-ks-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(output, args.partitions)
     log = os.path.join(args.workdir, "kafka-streams.log")
@@ -260,26 +263,29 @@ def run_kafka_streams(kafka: Any, args: Any, topic: str, total: int) -> dict:
     samples = []
     while True:
         done = windowed_counts_ks.committed(kafka.bootstrap, app, topic, args.partitions)
-        samples.append((time.time(), done))
+        samples.append((done, process.stats.sample()))
         if done >= total:
             break
         if process.popen.poll() is not None:
             raise RuntimeError(f"Kafka Streams exited with {process.popen.returncode}: see {log}")
         time.sleep(0.5)
-    (t0, n0) = next(s for s in samples if s[1] >= total * 0.1)
-    rate = (total - n0) / (samples[-1][0] - t0) if samples[-1][0] > t0 else float("nan")
-    local = du(state)
-    durable = sum(du(d) for d in glob.glob(os.path.join(kafka.workdir, "data", f"{app}-*-changelog-*")))
+    n0, first = next(s for s in samples if s[0] >= total * 0.1)
+    last = samples[-1][1]
+    rate = (samples[-1][0] - n0) / (last.wall - first.wall) if last.wall > first.wall else float("nan")
+    result = {**measured(rate, first, last, process), "output": output, "local": du(state),
+              "durable": sum(du(d) for d in glob.glob(os.path.join(kafka.workdir, "data", f"{app}-*-changelog-*")))}
     process.kill()  # SIGKILL, then the restore with the local state deleted
-    shutil.rmtree(state)
-    restarted, _, _ = kafka_streams(kafka, args, topic, output, KS_THROUGHPUT, log, app)
-    restored = restarted.wait_line("restored ")
-    restarted.terminate()
-    records, ms = (int(x) for x in restored.split()[1:3])
-    print(f"kafka-streams: {rate:,.0f} records/s, restored {records:,} changelog records in {ms / 1000:.1f} s",
-          flush=True)
-    return {"rate": rate, "rss": process.rss.peak, "local": local, "durable": durable, "restore": ms / 1000,
-            "output": output}
+    line = describe("kafka-streams", result)
+    if restore:
+        shutil.rmtree(state)
+        restarted, _, _ = kafka_streams(kafka, args, topic, output, KS_THROUGHPUT, log, app)
+        restored = restarted.wait_line("restored ")
+        restarted.terminate()
+        records, ms = (int(x) for x in restored.split()[1:3])
+        result["restore"] = ms / 1000
+        line += f", restored {records:,} changelog records in {ms / 1000:.1f} s"
+    print(line, flush=True)
+    return result
 
 
 # -- Spark ---------------------------------------------------------------------------------------
@@ -290,20 +296,19 @@ def spark_driver(kafka: Any, args: Any, job: dict, log: str) -> Process:
     return Process([sys.executable, os.path.abspath(__file__), "--driver", json.dumps(job)], log, env)
 
 
-def progress_lines(process: Process) -> list[dict]:
-    return [json.loads(line[len("progress "):]) for line in process.lines if line.startswith("progress ")]
-
-
-def steady_rate(progress: list[dict]) -> float:
-    """Records per second of the data batches after the first, wall time between their ends."""
-    data = [p for p in progress if p["rows"] > 0]
+def steady(process: Process) -> dict:
+    """Records per second of the data batches after the first (wall time between their ends),
+    and the CPU the driver's tree spent between them."""
+    data = [p for p in process.progress if p["rows"] > 0]
     if len(data) < 2:
         raise RuntimeError(f"{len(data)} data batches: give more records")
-    return sum(p["rows"] for p in data[1:]) / (data[-1]["ended"] - data[0]["ended"])
+    rate = sum(p["rows"] for p in data[1:]) / (data[-1]["ended"] - data[0]["ended"])
+    return measured(rate, data[0]["mark"], data[-1]["mark"], process)
 
 
-def run_spark(kafka: Any, args: Any, kind: str, topic: str, total: int) -> dict:
-    """Throughput, peak RSS and state bytes of a Spark job over the topic, then its restore."""
+def run_spark(kafka: Any, args: Any, kind: str, topic: str, total: int, restore: bool) -> dict:
+    """Throughput, CPU, peak RSS and state bytes of a Spark job over the topic, then
+    (`restore`) its restore after SIGKILL with the local state deleted."""
     name = f"{kind}-{uuid.uuid4().hex[:6]}"
     output = f"out-{name}"
     kafka.create_topic(output, args.partitions)
@@ -317,7 +322,7 @@ def run_spark(kafka: Any, args: Any, kind: str, topic: str, total: int) -> dict:
     log = os.path.join(args.workdir, f"{name}.log")
     process = spark_driver(kafka, args, job, log)
     if tws:  # stop after the batches it is given
-        while len([p for p in progress_lines(process) if p["rows"]]) < args.tws_batches:
+        while len([p for p in process.progress if p["rows"]]) < args.tws_batches:
             if process.popen.poll() is not None:
                 raise RuntimeError(f"the Spark driver exited with {process.popen.returncode}: see {log}")
             time.sleep(0.5)
@@ -325,29 +330,35 @@ def run_spark(kafka: Any, args: Any, kind: str, topic: str, total: int) -> dict:
     else:
         process.wait_line("done", timeout=7200)
         process.popen.wait()
-        process.rss.stop.set()
-    rate = steady_rate(progress_lines(process))
-    sizes = du(local), du(os.path.join(checkpoint, "statestore"))
-    # the restore: a driver killed with SIGKILL while its query runs, its local state deleted
+        process.stats.stop.set()
+    result = {**steady(process), "local": du(local), "durable": du(os.path.join(checkpoint, "statestore")),
+              "output": output}
+    line = describe(kind, result)
+    if restore:
+        result["restore"] = spark_restore(kafka, args, job, log)
+        line += f", restore {result['restore']:.1f} s"
+    print(line, flush=True)
+    if job["profile"]:
+        result["profile"] = job["profile_dir"]
+    return result
+
+
+def spark_restore(kafka: Any, args: Any, job: dict, log: str) -> float:
+    """Seconds the first batch's slowest task took to open its state after a driver running
+    `job` was killed with SIGKILL and the local copies deleted (the topic gets 64 more records)."""
     killed = spark_driver(kafka, args, {**job, "trigger": "processing", "profile": False}, log)
     killed.wait_line("started")
     killed.kill()
-    shutil.rmtree(local, ignore_errors=True)
-    kafka.produce(topic, [(f"sensor-{p}", '{"key":"sensor-%d","ts":1}' % p, 1) for p in range(64)])
+    shutil.rmtree(job["local"], ignore_errors=True)
+    kafka.produce(job["topic"], [(f"sensor-{p}", '{"key":"sensor-%d","ts":1}' % p, 1) for p in range(64)])
     restarted = spark_driver(kafka, args, {**job, "trigger": "processing", "profile": False}, log)
     restarted.wait_line("progress ")
     restarted.kill()
     from spark_statestore.spark import StateStoreMetrics
 
-    tasks = StateStoreMetrics(checkpoint).tasks()
+    tasks = StateStoreMetrics(job["checkpoint"]).tasks()
     first = tasks[tasks["batch_id"] == tasks["batch_id"].max()]
-    restore = float(first["open_seconds"].max())
-    print(f"{kind}: {rate:,.0f} records/s, restore {restore:.1f} s", flush=True)
-    result = {"rate": rate, "rss": process.rss.peak, "local": sizes[0], "durable": sizes[1], "restore": restore,
-              "output": output}
-    if job["profile"]:
-        result["profile"] = job["profile_dir"]
-    return result
+    return float(first["open_seconds"].max())
 
 
 def driver(job: dict) -> None:
@@ -403,8 +414,10 @@ def driver(job: dict) -> None:
 # -- latency -------------------------------------------------------------------------------------
 
 
-def latency(kafka: Any, args: Any, kind: str, rate: int) -> tuple[float, float]:
-    """p50 and p99 seconds from a window's close to its receipt, at `rate` records a second."""
+def latency(kafka: Any, args: Any, kind: str, rate: int) -> dict:
+    """p50 and p99 seconds from a window's close to its receipt, at `rate` records a second,
+    the CPU seconds per record fed the side's processes spent meanwhile, and the median
+    1-minute load average while they ran."""
     topic, output = f"live-{kind}-{uuid.uuid4().hex[:6]}", f"live-out-{kind}-{uuid.uuid4().hex[:6]}"
     kafka.create_topic(topic, args.partitions)
     kafka.create_topic(output, args.partitions)
@@ -423,18 +436,21 @@ def latency(kafka: Any, args: Any, kind: str, rate: int) -> tuple[float, float]:
     reader = Latencies(kafka, output, int((started + args.warmup_seconds) * 1000))
     reader.start()
     feeder = Feeder(kafka, topic, rate, args.latency_seconds, args.keys)
+    first = process.stats.sample()
     feeder.start()
     feeder.join()
     time.sleep(windowed_counts_ks.GRACE_MS / 1000 + 5)  # the last windows the feed closed
+    cpu = (process.stats.sample().cpu - first.cpu) / max(feeder.sent, 1)
+    load = statistics.median(process.stats.loads)
     reader.stop.set()
     reader.join()
     process.kill()
     if not reader.values:
-        return float("nan"), float("nan")
+        return {"p50": float("nan"), "p99": float("nan"), "latency_cpu": cpu, "latency_load": load}
     p50, p99 = np.percentile(reader.values, [50, 99])
-    print(f"{kind} latency at {rate:,} records/s: p50 {p50:.2f} s, p99 {p99:.2f} s ({len(reader.values):,} windows)",
-          flush=True)
-    return float(p50), float(p99)
+    print(f"{kind} latency at {rate:,} records/s: p50 {p50:.2f} s, p99 {p99:.2f} s ({len(reader.values):,} windows), "
+          f"{cpu * 1e6:,.1f} CPU us/record, load average {load:.1f} (median)", flush=True)
+    return {"p50": float(p50), "p99": float(p99), "latency_cpu": cpu, "latency_load": load}
 
 
 # -- profile -------------------------------------------------------------------------------------
@@ -452,6 +468,17 @@ def print_profile(directory: str, top: int = 25) -> None:
     stats.sort_stats("tottime").print_stats(top)
 
 
+def medians(repeats: list[dict]) -> dict:
+    """One side's figures over its repeats: the median of each number, the load's extremes
+    over all of them, the first run's output topic and the last's restore."""
+    loads = [r["load"] for r in repeats]
+    numbers = {name: statistics.median(r[name] for r in repeats)
+               for name in ("rate", "cpu_per_record", "cpu", "others", "rss", "local", "durable")}
+    return {**numbers, "load": (min(x[0] for x in loads), statistics.median(x[1] for x in loads),
+                                max(x[2] for x in loads)),
+            "output": repeats[0]["output"], **{k: repeats[-1][k] for k in ("restore", "profile") if k in repeats[-1]}}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=4_000_000)
@@ -459,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--events-per-second", type=int, default=20_000, help="records per second of event time")
     parser.add_argument("--batches", type=int, default=8, help="per-partition micro-batches over the topic")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="throughput runs of each side, alternating (Kafka Streams, per-partition, ...)")
     parser.add_argument("--tws-batch", type=int, default=100_000, help="records per transformWithState batch")
     parser.add_argument("--tws-batches", type=int, default=3, help="transformWithState batches measured (with the first)")
     parser.add_argument("--latency-seconds", type=float, default=60)
@@ -499,44 +528,56 @@ def run(args: argparse.Namespace) -> int:
         produce_topic(kafka, topic, args.records, args.keys, args.events_per_second)
         print(f"topic: {args.records:,} records, {args.keys:,} keys, {args.partitions} partitions "
               f"({time.time() - started:.0f} s to produce)", flush=True)
-        results = {"kafka-streams": run_kafka_streams(kafka, args, topic, args.records),
-                   "per-partition": run_spark(kafka, args, "per-partition", topic, args.records)}
-        ks = windowed_counts_ks.windows_of(kafka.records(results["kafka-streams"]["output"]))
-        ours = windowed_counts_ks.windows_of(kafka.records(results["per-partition"]["output"]))
+        runs: dict[str, list[dict]] = {"kafka-streams": [], "per-partition": []}
+        for repeat in range(args.repeats):  # A B A B: each side's runs spread over the same stretch of time
+            last = repeat == args.repeats - 1
+            runs["kafka-streams"].append(run_kafka_streams(kafka, args, topic, args.records, restore=last))
+            runs["per-partition"].append(run_spark(kafka, args, "per-partition", topic, args.records, restore=last))
+        results = {kind: medians(repeats) for kind, repeats in runs.items()}
+        ks = windowed_counts_ks.windows_of(kafka.records(runs["kafka-streams"][0]["output"]))
+        ours = windowed_counts_ks.windows_of(kafka.records(runs["per-partition"][0]["output"]))
         agree = bool(ks) and ks == ours
         print(f"results: Kafka Streams {len(ks):,} windows, per-partition {len(ours):,}: "
               f"{'equal' if agree else 'DIFFERENT'}", flush=True)
         if "tws" not in skip:
             try:
-                results["tws"] = run_spark(kafka, args, "tws", topic, args.records)
+                results["tws"] = medians([run_spark(kafka, args, "tws", topic, args.records, restore=True)])
             except RuntimeError as error:  # the table still shows the others
                 print(f"tws: failed: {error}", flush=True)
         rate = int(min(results["kafka-streams"]["rate"], results["per-partition"]["rate"]) / 2)
         for kind in results:
             if "latency" in skip:
-                results[kind]["p50"] = results[kind]["p99"] = float("nan")
+                results[kind].update(p50=float("nan"), p99=float("nan"), latency_cpu=float("nan"))
                 continue
             kind_rate = rate if kind != "tws" else int(min(rate, results["tws"]["rate"] / 2))
             results[kind]["latency_rate"] = kind_rate
             try:
-                results[kind]["p50"], results[kind]["p99"] = latency(kafka, args, kind, kind_rate)
+                results[kind].update(latency(kafka, args, kind, kind_rate))
             except RuntimeError as error:
                 print(f"{kind} latency: failed: {error}", flush=True)
-                results[kind]["p50"] = results[kind]["p99"] = float("nan")
+                results[kind].update(p50=float("nan"), p99=float("nan"), latency_cpu=float("nan"))
     if args.profile and "profile" in results["per-partition"]:
         print_profile(results["per-partition"]["profile"])
     from common import print_table
 
     mib = 1 << 20
-    rows = [[kind, r["rate"], r.get("latency_rate", 0), r["p50"], r["p99"], r["rss"] / mib, r["local"] / mib,
-             r["durable"] / mib, r["restore"]] for kind, r in results.items()]
+    rows = [[kind, r["rate"], r["cpu_per_record"] * 1e6, f"{r['load'][1]:.1f} ({r['load'][0]:.1f}-{r['load'][2]:.1f})",
+             r["others"], r.get("latency_rate", 0), r["p50"], r["p99"], r["latency_cpu"] * 1e6, r["rss"] / mib,
+             r["local"] / mib, r["durable"] / mib, r.get("restore", float("nan"))] for kind, r in results.items()]
     print(f"\n{args.records:,} records, {args.keys:,} keys, {args.partitions} partitions, 2 cores "
-          f"(taskset -c {CORES}); Kafka Streams and per-partition results equal: {agree}")
-    print_table(["system", "records/s", "latency run records/s", "p50 s", "p99 s", "peak RSS MiB",
-                 "local state MiB", "durable state MiB", "restore s"], rows)
+          f"(taskset -c {CORES}); Kafka Streams and per-partition results equal: {agree}; medians of "
+          f"{args.repeats} alternating throughput runs a side (tws: one). CPU is user+system seconds of the "
+          f"side's own processes (Kafka Streams' JVM; Spark's driver, its JVM and Python workers), not the "
+          f"broker's, which both share; load: the 1-minute load average during the runs, median (min-max); "
+          f"other cores: what the rest of the machine (other jobs, the broker) kept busy meanwhile")
+    print_table(["system", "records/s", "CPU us/record", "load", "other cores", "latency run records/s", "p50 s",
+                 "p99 s", "latency run CPU us/record", "peak RSS MiB", "local state MiB", "durable state MiB",
+                 "restore s"], rows)
     if not keep:
         shutil.rmtree(args.workdir, ignore_errors=True)
     ratio = results["per-partition"]["rate"] / results["kafka-streams"]["rate"]
+    cpu_ratio = results["kafka-streams"]["cpu_per_record"] / results["per-partition"]["cpu_per_record"]
+    print(f"cpu: Kafka Streams / spark_statestore per-partition CPU seconds per record = {cpu_ratio:.2f}")
     print(f"headline: spark_statestore per-partition / Kafka Streams records per second = {ratio:.2f}")
     return 0 if agree else 1
 
