@@ -5,21 +5,27 @@ The state: `--records` records of a key-value store (string keys, int64 values) 
 over `--partitions` partitions, written by the partition state as one batch and marked
 committed in a commit log, with a snapshot so a reader restores a snapshot plus one
 changelog. The same records are also written as parquet files (one per partition).
-Both are read by Spark with `local[2]` and aggregated (`count` and `sum(value)`), best of
-three. The change feed of both batches (every change: 1.1x the records) is timed the
-same way, for its own rows per second; so is a Python data source that yields the parquet
-files' Arrow batches as they are (no state work: what any Python data source costs Spark).
-A selective read (a key range holding 0.25% of the records) is timed on both sides too:
-the filters Spark pushes to the state reader (pyspark 4.1+) bound each partition's scan.
-Each read also gets the CPU seconds of the whole application (the driver's JVM and every
-Python worker, from /proc: the figure a shared machine's load moves least), best of three.
-A `load()` refused at planning (a bad option) is timed against one of the Python data
-source above (median of 5 each): Spark starts a new Python worker for each, which imports
-the source's modules, as it does for the first read of a session. The last two lines: the
-state reader's rows per second over parquet's and over the Python source's (the ceiling
-of any Python data source: Spark turns every Arrow batch of one into rows).
+Both are read by Spark with `local[2]` and aggregated (`count` and `sum(value)`), and so
+is a Python data source that yields the parquet files' Arrow batches as they are (no
+state work: what any Python data source costs Spark, the ceiling of any of them: Spark
+turns every Arrow batch of one into rows).
 
-    python benchmarks/state_reader.py [--records N] [--partitions P]
+The reads are compared in rounds, in turns: two untimed rounds first (a cold JVM's JIT
+and Spark's first Python workers made whichever read came first look slowest: a best of
+three per read, read after read, gave the state reader 0.38 to 1.29 of the ceiling on one
+machine), then `--rounds` timed rounds, the order of the reads rotated each round. Each
+ratio is taken within a round (reads that saw the same load) and reported as the median
+over the rounds with its range. Each read also gets the CPU seconds of the driver's JVM and
+of the Python processes (from /proc: what a shared machine's load moves least). The change
+feed of both batches (every change: 1.1x the records) is timed the same way, for its own
+rows per second, and a selective read (a key range holding 0.25% of the records) on both
+sides: the filters Spark pushes to the state reader (pyspark 4.1+) bound each partition's
+scan. A `load()` refused at planning (a bad option) is timed against one of the Python
+data source above (median of 5 each): Spark starts a new Python worker for each, which
+imports the source's modules, as it does for the first read of a session. The last two
+lines: the state reader's rows per second over parquet's and over the Python source's.
+
+    python benchmarks/state_reader.py [--records N] [--partitions P] [--rounds N] [--warmups N]
 """
 
 from __future__ import annotations
@@ -228,7 +234,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds of the reads (in turns)")
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds of the reads (in turns)")
     parser.add_argument("--warmups", type=int, default=2, help="untimed rounds first")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-reader-")
@@ -307,6 +313,9 @@ def main() -> None:
     print("load average (1 min) at the start, after the full reads, at the end: " + ", ".join(f"{x:.1f}" for x in loads))
     ceiling = ratios(full["state"], full["ready"])
     print(f"per round, state reader / Python-source ceiling: {', '.join(f'{r:.2f}' for r in ceiling)}")
+    cpu = [(rj + rp) / (sj + sp) for sj, sp, rj, rp in zip(full["state"].jvm, full["state"].python, full["ready"].jvm,
+                                                          full["ready"].python, strict=True)]
+    print(f"CPU seconds (JVM + Python) of the Python-source ceiling / of the state reader = {spread(cpu)}")
     print(f"state reader / parquet rows per second = {spread(ratios(full['state'], full['parquet']))}")
     print(f"headline: state reader / Python-source ceiling rows per second = {spread(ceiling)}")
 
