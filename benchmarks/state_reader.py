@@ -5,21 +5,27 @@ The state: `--records` records of a key-value store (string keys, int64 values) 
 over `--partitions` partitions, written by the partition state as one batch and marked
 committed in a commit log, with a snapshot so a reader restores a snapshot plus one
 changelog. The same records are also written as parquet files (one per partition).
-Both are read by Spark with `local[2]` and aggregated (`count` and `sum(value)`), best of
-three. The change feed of both batches (every change: 1.1x the records) is timed the
-same way, for its own rows per second; so is a Python data source that yields the parquet
-files' Arrow batches as they are (no state work: what any Python data source costs Spark).
-A selective read (a key range holding 0.25% of the records) is timed on both sides too:
-the filters Spark pushes to the state reader (pyspark 4.1+) bound each partition's scan.
-Each read also gets the CPU seconds of the whole application (the driver's JVM and every
-Python worker, from /proc: the figure a shared machine's load moves least), best of three.
-A `load()` refused at planning (a bad option) is timed against one of the Python data
-source above (median of 5 each): Spark starts a new Python worker for each, which imports
-the source's modules, as it does for the first read of a session. The last two lines: the
-state reader's rows per second over parquet's and over the Python source's (the ceiling
-of any Python data source: Spark turns every Arrow batch of one into rows).
+Both are read by Spark with `local[2]` and aggregated (`count` and `sum(value)`), and so
+is a Python data source that yields the parquet files' Arrow batches as they are (no
+state work: what any Python data source costs Spark, the ceiling of any of them: Spark
+turns every Arrow batch of one into rows).
 
-    python benchmarks/state_reader.py [--records N] [--partitions P]
+The reads are compared in rounds, in turns: two untimed rounds first (a cold JVM's JIT
+and Spark's first Python workers made whichever read came first look slowest: a best of
+three per read, read after read, gave the state reader 0.38 to 1.29 of the ceiling on one
+machine), then `--rounds` timed rounds, the order of the reads rotated each round. Each
+ratio is taken within a round (reads that saw the same load) and reported as the median
+over the rounds with its range. Each read also gets the CPU seconds of the driver's JVM and
+of the Python processes (from /proc: what a shared machine's load moves least). The change
+feed of both batches (every change: 1.1x the records) is timed the same way, for its own
+rows per second, and a selective read (a key range holding 0.25% of the records) on both
+sides: the filters Spark pushes to the state reader (pyspark 4.1+) bound each partition's
+scan. A `load()` refused at planning (a bad option) is timed against one of the Python
+data source above (median of 5 each): Spark starts a new Python worker for each, which
+imports the source's modules, as it does for the first read of a session. The last two
+lines: the state reader's rows per second over parquet's and over the Python source's.
+
+    python benchmarks/state_reader.py [--records N] [--partitions P] [--rounds N] [--warmups N]
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from statistics import median
 
 import numpy as np
 import pyarrow as pa
@@ -122,43 +131,85 @@ class _ReadyReader(DataSourceReader):
             start += len(batch)
 
 
-def app_cpu_seconds() -> float:
-    """CPU seconds used so far by this process's descendants that are alive (the Spark
-    driver's JVM and its Python workers), from /proc; 0 where there is no /proc."""
+def app_cpu_seconds() -> dict[str, float]:
+    """CPU seconds used so far by this process's descendants (the Spark driver's JVM and
+    its Python workers), from /proc: `jvm` for the Java processes, `python` for the rest
+    (Spark's Python daemon, its workers and planners, with their ended children's time);
+    0 for both where there is no /proc."""
+    used = {"jvm": 0.0, "python": 0.0}
     if not os.path.isdir("/proc"):
-        return 0.0
+        return used
     children: dict[int, list[int]] = {}
-    used: dict[int, float] = {}
+    stats: dict[int, tuple[str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                head, rest = f.read().rsplit(")", 1)
         except OSError:  # the process ended meanwhile
             continue
+        fields = rest.split()
         children.setdefault(int(fields[1]), []).append(int(entry))
-        used[int(entry)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, list(children.get(os.getpid(), []))
+        kind = "jvm" if head.split("(", 1)[1] == "java" else "python"
+        stats[int(entry)] = (kind, sum(int(t) for t in fields[11:15]) / tick)  # own and reaped children's
+    todo = list(children.get(os.getpid(), []))
     while todo:
         pid = todo.pop()
-        total += used.get(pid, 0.0)
+        kind, seconds = stats.get(pid, ("python", 0.0))
+        used[kind] += seconds
         todo += children.get(pid, [])
-    return total
+    return used
 
 
 SELECTIVE = "key >= 'p1-key-00010000' and key < 'p1-key-00012500'"
 
 
-def timed(frame_factory, where: str = "true") -> tuple[float, float, tuple]:
-    """Best wall seconds and best application CPU seconds of three runs, and the result."""
-    best, best_cpu, result = float("inf"), float("inf"), None
-    for _ in range(3):
-        started, cpu = time.perf_counter(), app_cpu_seconds()
-        result = tuple(frame_factory().where(where).selectExpr("count(key)", "sum(value)").collect()[0])
-        best = min(best, time.perf_counter() - started)
-        best_cpu = min(best_cpu, app_cpu_seconds() - cpu)
-    return best, best_cpu, result
+@dataclass
+class Timings:
+    """One read's measurements over the rounds: wall seconds, CPU seconds of the JVM and of
+    the Python processes, and the (count, sum) result of the last round."""
+
+    wall: list[float] = field(default_factory=list)
+    jvm: list[float] = field(default_factory=list)
+    python: list[float] = field(default_factory=list)
+    result: tuple = ()
+
+
+def interleaved(reads: dict[str, Callable], where: str, warmups: int, rounds: int) -> dict[str, Timings]:
+    """Each read of `reads` (name: a DataFrame factory) aggregated (`count(key)`,
+    `sum(value)`) once per round, in turns: `warmups` untimed rounds first (the JVM's JIT
+    and Spark's Python workers warm), then `rounds` timed ones, the order rotated each round
+    so that no read always follows the same one or comes first (a read's time depends on
+    what ran before it, and a shared machine's load drifts: reads compared within a round
+    saw the same load)."""
+    names = list(reads)
+    out = {name: Timings() for name in names}
+    for turn in range(warmups + rounds):
+        shift = turn % len(names)
+        for name in names[shift:] + names[:shift]:
+            started, cpu = time.perf_counter(), app_cpu_seconds()
+            result = tuple(reads[name]().where(where).selectExpr("count(key)", "sum(value)").collect()[0])
+            wall, after = time.perf_counter() - started, app_cpu_seconds()
+            if turn >= warmups:
+                timings = out[name]
+                timings.wall.append(wall)
+                timings.jvm.append(after["jvm"] - cpu["jvm"])
+                timings.python.append(after["python"] - cpu["python"])
+                timings.result = result
+    return out
+
+
+def ratios(numerator: Timings, denominator: Timings) -> list[float]:
+    """Per round, `denominator`'s wall seconds over `numerator`'s: `numerator`'s rows per
+    second over `denominator`'s, for reads of the same rows."""
+    return [theirs / ours for ours, theirs in zip(numerator.wall, denominator.wall, strict=True)]
+
+
+def spread(values: list[float]) -> str:
+    """The median of `values` and their range."""
+    return f"{median(values):.2f} (range {min(values):.2f} to {max(values):.2f}, {len(values)} rounds)"
 
 
 def failed_load_seconds(load) -> float:
@@ -183,6 +234,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=9, help="timed rounds of the reads (in turns)")
+    parser.add_argument("--warmups", type=int, default=2, help="untimed rounds first")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-reader-")
     location, parquet = os.path.join(work, "checkpoint"), os.path.join(work, "parquet")
@@ -199,56 +252,72 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     register_reader(spark)
     spark.dataSource.register(ReadyBatches)
+
     def state_reader():
         return spark.read.format("spark_statestore").option("checkpointLocation", location).option("store", "totals")
 
-    def state():
-        return state_reader().load()
-
+    reads = {
+        "state": lambda: state_reader().load(),
+        "ready": lambda: spark.read.format("ready_batches").load(parquet),
+        "parquet": lambda: spark.read.parquet(parquet),
+    }
+    loads = [os.getloadavg()[0]]
     try:
         # first, while no Python worker has imported anything (a read leaves workers behind)
         plan_state = failed_load_seconds(lambda i: state_reader().option("batchId", f"x{i}").load())
         plan_ready = failed_load_seconds(
             lambda i: spark.read.format("ready_batches").option("fail", str(i)).load(parquet)
         )
-        state_s, state_cpu, state_result = timed(state)
-        parquet_s, parquet_cpu, parquet_result = timed(lambda: spark.read.parquet(parquet))
-        selective_s, selective_cpu, selective_result = timed(state, SELECTIVE)
-        selective_parquet_s, selective_parquet_cpu, selective_parquet_result = timed(
-            lambda: spark.read.parquet(parquet), SELECTIVE
-        )
-        ready_s, ready_cpu, _ = timed(lambda: spark.read.format("ready_batches").load(parquet))
-        changes_s, changes_cpu, (changes, _) = timed(
-            lambda: spark.read.format("spark_statestore").option("checkpointLocation", location)
-            .option("store", "totals").option("readChangeFeed", "true").option("changeStartBatchId", "0").load()
-        )
+        full = interleaved(reads, "true", args.warmups, args.rounds)
+        loads.append(os.getloadavg()[0])
+        selective = interleaved({k: reads[k] for k in ("state", "parquet")}, SELECTIVE, 1, args.rounds)
+        changes = interleaved(
+            {"changes": lambda: state_reader().option("readChangeFeed", "true").option("changeStartBatchId", "0").load()},
+            "true", 1, args.rounds,
+        )["changes"]
+        loads.append(os.getloadavg()[0])
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    for ours, theirs in ((state_result, parquet_result), (selective_result, selective_parquet_result)):
-        if ours != theirs:
-            raise SystemExit(f"the two reads disagree: state {ours}, parquet {theirs}")
+    for timings in (full, selective):
+        if timings["state"].result != timings["parquet"].result:
+            raise SystemExit(f"the reads disagree: state {timings['state'].result}, parquet {timings['parquet'].result}")
+    per_million = 1e6 / args.records
+    labels = {
+        "state": "state reader (snapshot + changelog per partition)",
+        "parquet": "parquet",
+        "ready": "Python data source yielding the parquet batches",
+    }
     rows = [
-        ["state reader (snapshot + changelog per partition)", args.records / state_s, state_cpu],
-        ["parquet", args.records / parquet_s, parquet_cpu],
-        ["Python data source yielding the parquet batches", args.records / ready_s, ready_cpu],
-        ["state change feed (batches 0 and 1, every change)", changes / changes_s, changes_cpu],
+        [labels[name], args.records / median(t.wall), median(t.jvm) * per_million, median(t.python) * per_million]
+        for name, t in full.items()
     ]
-    print(f"\n{args.records:,} records, {args.partitions} partitions, local[2], best of 3")
-    print_table(["read", "rows/s", "app CPU s"], rows)
-    print(f"\nselective read ({SELECTIVE}: {selective_result[0]:,} records), best of 3")
+    count = changes.result[0]
+    rows.append([
+        "state change feed (batches 0 and 1, every change)", count / median(changes.wall),
+        median(changes.jvm) * 1e6 / count, median(changes.python) * 1e6 / count,
+    ])
+    print(f"\n{args.records:,} records, {args.partitions} partitions, local[2], median of {args.rounds} rounds "
+          f"after {args.warmups} warm-up rounds, reads in turns")
+    print_table(["read", "rows/s", "JVM CPU s per 1M rows", "Python CPU s per 1M rows"], rows)
+    print(f"\nselective read ({SELECTIVE}: {selective['state'].result[0]:,} records), median of {args.rounds}")
     print_table(
-        ["read", "seconds", "app CPU s"],
-        [["state reader", selective_s, selective_cpu], ["parquet", selective_parquet_s, selective_parquet_cpu]],
+        ["read", "seconds", "JVM CPU s", "Python CPU s"],
+        [[name, median(t.wall), median(t.jvm), median(t.python)] for name, t in selective.items()],
     )
-    print(f"selective read: parquet seconds / state reader seconds = {selective_parquet_s / selective_s:.2f}")
+    print(f"selective read: parquet seconds / state reader seconds = {spread(ratios(selective['state'], selective['parquet']))}")
     print(
         f"a load() refused at planning (median of 5): state reader {plan_state:.2f} s, Python data "
         f"source {plan_ready:.2f} s: state reader / Python data source = {plan_state / plan_ready:.2f}"
     )
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    print(f"state reader / parquet rows per second = {parquet_s / state_s:.2f}")
-    print(f"headline: state reader / Python-source ceiling rows per second = {ready_s / state_s:.2f}")
+    print("load average (1 min) at the start, after the full reads, at the end: " + ", ".join(f"{x:.1f}" for x in loads))
+    ceiling = ratios(full["state"], full["ready"])
+    print(f"per round, state reader / Python-source ceiling: {', '.join(f'{r:.2f}' for r in ceiling)}")
+    cpu = [(rj + rp) / (sj + sp) for sj, sp, rj, rp in zip(full["state"].jvm, full["state"].python, full["ready"].jvm,
+                                                          full["ready"].python, strict=True)]
+    print(f"CPU seconds (JVM + Python) of the Python-source ceiling / of the state reader = {spread(cpu)}")
+    print(f"state reader / parquet rows per second = {spread(ratios(full['state'], full['parquet']))}")
+    print(f"headline: state reader / Python-source ceiling rows per second = {spread(ceiling)}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ column family, batches in column family name order and keys ascending within eac
 It is uploaded with the snapshot and listed in its manifest with its size and SHA-256
 like every other file of it, so it is verified the same way and retained and deleted
 with the snapshot's own files (its row in `checkpoint.files`, listed by `PartitionFiles`). A restore of the database does not download it (RocksDB
-does not need it); `read_snapshot_columns` downloads and verifies it. A snapshot without
+does not need it); `read_snapshot_columns` reads and verifies it. A snapshot without
 it (taken before it existed) is read by a scan, as before.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice, pairwise
@@ -38,6 +38,9 @@ from spark_statestore.stores.names import DEFAULT_COLUMN_FAMILY
 _FAMILY = b"column_family"
 _CHUNK = 65_536
 _WRITE = pa.ipc.IpcWriteOptions(compression="zstd")  # smaller than the SST files, read at ~1 GB/s
+
+
+_ENTRY = pa.struct([("key", pa.binary()), ("value", pa.binary())])
 
 
 def _schema() -> pa.Schema:
@@ -74,22 +77,19 @@ def verify_and_write_columns(path: str) -> None:
 
 
 def _verified_chunks(cf: rocksdict.Rdict, name: str, path: str) -> Iterator[tuple[pa.Array, pa.Array]]:
-    """Column family `cf`'s entries in chunks, read with checksums on; RocksDB's error where
-    its iterators stopped short (they end silently on damage) as `CorruptStateError`."""
+    """Column family `cf`'s entries in chunks, read with checksums on by one scan (its
+    `(key, value)` tuples made Arrow arrays in one C-level pass); RocksDB's error where its
+    iterator stopped short (it ends silently on damage) as `CorruptStateError`."""
     read = rocksdict.ReadOptions()
     read.set_verify_checksums(True)
     read.fill_cache(False)
-    keys_it, values_it = cf.keys(read_opt=read), cf.values(read_opt=read)
+    entries = cf.items(read_opt=read)
     last: bytes | None = None
-    while True:
-        keys, values = list(islice(keys_it, _CHUNK)), list(islice(values_it, _CHUNK))
-        if len(keys) != len(values):
-            raise CorruptStateError(f"column family {name!r} of {path}: a scan read {len(keys)} keys, {len(values)} values")
-        if not keys:
-            break
-        last = keys[-1]
-        yield pa.array(keys, pa.binary()), pa.array(values, pa.binary())
-    del keys_it, values_it
+    while chunk := list(islice(entries, _CHUNK)):
+        last = chunk[-1][0]
+        pairs = pa.array(chunk, _ENTRY)
+        yield pairs.field(0), pairs.field(1)
+    del entries
     it = cf.iter(read)
     if last is None:
         it.seek_to_first()
@@ -124,8 +124,8 @@ class SnapshotColumns:
         """`(keys, values)` of `family` with `lo <= key < hi` (None: open), in key order,
         a stored batch (or the part of it in range: a slice, no copy) at a time."""
         for keys, values in self.families.get(family, ()):
-            start = 0 if lo is None or keys[0].as_py() >= lo else _search(keys, lo)
-            end = len(keys) if hi is None or keys[-1].as_py() < hi else _search(keys, hi)
+            start = 0 if lo is None or keys[0].as_py() >= lo else search(keys, lo)
+            end = len(keys) if hi is None or keys[-1].as_py() < hi else search(keys, hi)
             if start < end:
                 yield keys.slice(start, end - start), values.slice(start, end - start)
             if end < len(keys):
@@ -135,7 +135,7 @@ class SnapshotColumns:
         """The value of `key` in `family` (None: absent)."""
         for keys, values in self.families.get(family, ()):
             if keys[-1].as_py() >= key:
-                at = _search(keys, key)
+                at = search(keys, key)
                 return values[at].as_py() if keys[at].as_py() == key else None
         return None
 
@@ -153,29 +153,27 @@ class _Keys:
         return self.keys[i].as_py()
 
 
-def _search(keys: pa.Array, key: bytes) -> int:
-    """The index of the first key at or after `key` in ascending `keys`."""
-    return bisect_left(_Keys(keys), key)  # type: ignore[arg-type]
+def search(keys: pa.Array, key: bytes, right: bool = False) -> int:
+    """The index of the first key at or after `key` (with `right`: after it) in ascending
+    binary `keys`."""
+    return (bisect_right if right else bisect_left)(_Keys(keys), key)  # type: ignore[arg-type]
 
 
-def read_snapshot_columns(durable: DurableDir, entry: dict, local: str) -> SnapshotColumns:
-    """Download the columns file a manifest `entry` lists to `local`, check its size and
-    SHA-256 against it and its shape (every column family's keys strictly ascending),
-    and read it (`MissingStateError`: gone; `CorruptStateError`: anything else wrong,
+def read_snapshot_columns(durable: DurableDir, entry: dict) -> SnapshotColumns:
+    """Read the columns file a manifest `entry` lists into memory (one read of at most its
+    listed size and a byte: no local copy to write and read again), check its size and
+    SHA-256 against it and its shape (every column family's keys strictly ascending), and
+    read its batches (`MissingStateError`: gone; `CorruptStateError`: anything else wrong,
     naming the file)."""
     uri = durable.uri(entry["durable"])
     try:
-        durable.download(entry["durable"], local)
+        data = durable.read_range(entry["durable"], 0, entry["size"] + 1)  # a longer file: one byte more
     except FileNotFoundError as e:
         raise MissingStateError(f"snapshot file {uri} is missing") from e
-    digest = hashlib.sha256()
-    with open(local, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    if os.path.getsize(local) != entry["size"] or digest.hexdigest() != entry["sha256"]:
+    if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
         raise CorruptStateError(f"snapshot file {uri} fails its checksum")
     try:
-        reader = pa.ipc.open_file(pa.memory_map(local))
+        reader = pa.ipc.open_file(pa.py_buffer(data))
         if not reader.schema.equals(_schema()):
             raise CorruptStateError(f"snapshot file {uri} has columns {reader.schema}, not binary key and value")
         parts: dict[str, list[pa.RecordBatch]] = {}

@@ -17,7 +17,6 @@ The changes of a TTL store are told apart per record (`ttl.decode_changes`).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator, Sequence
@@ -25,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_statestore.checkpoint.snapshot_columns import SnapshotColumns
+from spark_statestore.checkpoint.snapshot_columns import SnapshotColumns, search
 from spark_statestore.stores.rocksdb_scan import scan_chunks
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.stores.ttl import (
@@ -124,30 +123,37 @@ def _after(stored: pa.Array, size: int) -> pa.Array:
 @dataclass
 class Overlay:
     """What changelogs after a snapshot do to one store: the last value written per key
-    (None: deleted) and the ranges deleted."""
+    (`keys` ascending and unique, binary `values`, null: deleted) and the ranges deleted,
+    as Arrow arrays: folding and merging them is Arrow's work, not a Python step per
+    changed key."""
 
-    written: dict
+    keys: pa.Array
+    values: pa.Array
     ranges: list
 
     @staticmethod
     def of(changelogs: Sequence[Any], store: str) -> "Overlay":
         """The changelogs' changes to `store`, folded in order (range deletions first in each)."""
-        written: dict = {}
+        keys: list[pa.Array] = []
+        values: list[pa.Array] = []
         ranges: list = []
         for changelog in changelogs:
             for lo, hi in changelog.ranges().get(store, ()):
                 ranges.append((lo, hi))
-                for key in [k for k in written if lo <= k < hi]:
-                    written[key] = None
-            for name, keys, values in changelog.write_blocks():
+                values = [_deleted_in(k, v, lo, hi) for k, v in zip(keys, values, strict=True)]
+            for name, written, raw in changelog.write_columns():
                 if name == store:
-                    written.update(zip(keys, values))
-        return Overlay(written, ranges)
+                    keys.append(written)
+                    values.append(raw)
+        if not keys:
+            return Overlay(binary_array([]), binary_array([]), ranges)
+        return Overlay(*_last_per_key(pa.concat_arrays(keys), pa.concat_arrays(values)), ranges)
 
     def latest(self, key: bytes, snapshot: Any) -> Any:
         """The value of `key` after the changelogs (None: deleted; `snapshot`: unchanged)."""
-        if key in self.written:
-            return self.written[key]
+        at = search(self.keys, key)
+        if at < len(self.keys) and self.keys[at].as_py() == key:
+            return self.values[at].as_py()
         if any(lo <= key < hi for lo, hi in self.ranges):
             return None
         return snapshot
@@ -157,43 +163,63 @@ class Overlay:
     ) -> Iterator[tuple[pa.Array, pa.Array]]:
         """Sorted `(keys, values)` chunks of the snapshot with the overlay merged in, as
         binary arrays in key order, restricted to `lo <= key < hi` (None: open)."""
-        ordered = sorted(k for k in self.written if (lo is None or k >= lo) and (hi is None or k < hi))
-        done = 0
+        start = 0 if lo is None else search(self.keys, lo)
+        end = len(self.keys) if hi is None else search(self.keys, hi)
+        done = start
         for keys, values in chunks:
-            upto = bisect_right(ordered, keys[-1].as_py(), done)
-            merged = self._merge_chunk(keys, values, ordered[done:upto])
+            upto = max(done, min(end, search(self.keys, keys[-1].as_py(), right=True)))
+            merged = self._merge_chunk(keys, values, done, upto)
             done = upto
             if len(merged[0]):
                 yield merged
-        if done < len(ordered):
-            merged = self._merge_chunk(binary_array([]), binary_array([]), ordered[done:])
+        if done < end:
+            merged = self._merge_chunk(binary_array([]), binary_array([]), done, end)
             if len(merged[0]):
                 yield merged
 
-    def _merge_chunk(self, keys: pa.Array, values: pa.Array, changed: list) -> tuple[pa.Array, pa.Array]:
+    def _merge_chunk(self, keys: pa.Array, values: pa.Array, start: int, end: int) -> tuple[pa.Array, pa.Array]:
         """One chunk of snapshot records without the keys the overlay changed or a range
-        deleted, with the overlay's values of `changed` (its keys in this chunk's span)."""
-        if not changed and not self.ranges:
+        deleted, with the overlay's values of its keys `start:end` (those in this chunk's span)."""
+        if start == end and not self.ranges:
             return keys, values
-        drop = pc.is_in(keys, value_set=binary_array(changed)) if changed else None
-        replaced = [self.written[k] for k in changed]
-        if drop is not None and not self.ranges and None not in replaced and pc.sum(drop).as_py() == len(changed):
+        changed, replaced = self.keys.slice(start, end - start), self.values.slice(start, end - start)
+        drop = pc.is_in(keys, value_set=changed) if len(changed) else None
+        if drop is not None and not self.ranges and not replaced.null_count and pc.sum(drop).as_py() == len(changed):
             # every changed key is in the chunk and still there: new values in place (both in key order)
-            return keys, pc.replace_with_mask(values, drop, binary_array(replaced))
+            return keys, pc.replace_with_mask(values, drop, replaced)
         for lo, hi in self.ranges:
-            inside = pc.and_(
-                pc.greater_equal(keys, pa.scalar(lo, pa.binary())), pc.less(keys, pa.scalar(hi, pa.binary()))
-            )
+            inside = _inside(keys, lo, hi)
             drop = inside if drop is None else pc.or_(drop, inside)
         if drop is not None:
             keys, values = keys.filter(pc.invert(drop)), values.filter(pc.invert(drop))
-        puts = [k for k in changed if self.written[k] is not None]
-        if not puts:
+        puts = replaced.is_valid()
+        if not pc.any(puts).as_py():
             return keys, values
-        keys = pa.concat_arrays([keys, binary_array(puts)])
-        values = pa.concat_arrays([values, binary_array([self.written[k] for k in puts])])
+        keys = pa.concat_arrays([keys, changed.filter(puts)])
+        values = pa.concat_arrays([values, replaced.filter(puts)])
         order = pc.sort_indices(keys)
         return keys.take(order), values.take(order)
+
+
+def _inside(keys: pa.Array, lo: bytes, hi: bytes) -> pa.Array:
+    """Where `lo <= key < hi`."""
+    return pc.and_(pc.greater_equal(keys, pa.scalar(lo, pa.binary())), pc.less(keys, pa.scalar(hi, pa.binary())))
+
+
+def _deleted_in(keys: pa.Array, values: pa.Array, lo: bytes, hi: bytes) -> pa.Array:
+    """`values` with those of keys `lo <= key < hi` deleted (null)."""
+    return pc.if_else(_inside(keys, lo, hi), pa.scalar(None, pa.binary()), values)
+
+
+def _last_per_key(keys: pa.Array, values: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """`keys` ascending and unique with the value written last for each (writes in order)."""
+    if len(keys) > 1 and not pc.all(pc.less(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py():
+        order = pc.sort_indices(keys)  # stable: a key's writes stay in order
+        keys, values = keys.take(order), values.take(order)
+        last = pc.not_equal(keys.slice(0, len(keys) - 1), keys.slice(1))  # the last write of its key
+        last = pa.concat_arrays([last, pa.array([True])])
+        keys, values = keys.filter(last), values.filter(last)
+    return keys, values
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 from spark_statestore.checkpoint.changelog import Changelog, durable_changelog_trailer
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
 from spark_statestore.checkpoint.files import PartitionFiles
-from spark_statestore.checkpoint.snapshot_columns import COLUMNS_FILE, columns_entry, read_snapshot_columns
+from spark_statestore.checkpoint.snapshot_columns import columns_entry, read_snapshot_columns
 from spark_statestore.checkpoint.snapshots import read_manifest
 from spark_statestore.checkpoint.names import (
     changelog_name,
@@ -174,26 +174,26 @@ class _KeepChangelogs(Recovery):
     """A `Recovery` that verifies the changelogs after its base (the same plan and checks)
     and keeps up to `limit` of their records aside instead of writing them; past that it
     writes what it kept, in order, and every later changelog (memory stays bounded).
-    With `columns_dir`, a snapshot with a columns file is not restored: the file is
-    downloaded there and stands in for the copy (`ColumnsCopy`, checked the same way; a
+    With `columns`, a snapshot with a columns file is not restored: the file is read
+    into memory and stands in for the copy (`ColumnsCopy`, checked the same way; a
     read that must write raises `NeedsCopy`)."""
 
-    def __init__(self, *args: Any, limit: int, columns_dir: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limit: int, columns: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limit = limit
-        self.columns_dir = columns_dir
+        self.columns = columns
         self.kept: list[tuple[Changelog, VersionId, str]] = []
         self.kept_records = 0
         self.writing = False
 
     def _from_snapshot(self, history: DurableHistory, version: int) -> tuple[Any, VersionId]:
         durable, partition = self.place.durable, self.place.partition
-        manifest = read_manifest(durable, version) if self.columns_dir is not None else None
+        manifest = read_manifest(durable, version) if self.columns else None
         entry = None if manifest is None else columns_entry(manifest)
         if entry is None or entry["size"] > COLUMNS_READ_BYTES or manifest.get("partition") != partition:  # type: ignore[union-attr]
             return super()._from_snapshot(history, version)  # (which names a manifest of another partition)
         try:
-            copy = ColumnsCopy(read_snapshot_columns(durable, entry, os.path.join(self.columns_dir, COLUMNS_FILE)))  # type: ignore[arg-type]
+            copy = ColumnsCopy(read_snapshot_columns(durable, entry))
             return copy, self._check_snapshot(history, version, copy)
         except (CorruptStateError, MissingStateError) as e:  # the snapshot's RocksDB files may serve
             log.warning(
@@ -280,7 +280,7 @@ class VersionReader:
             PartitionMetrics(),
             chunk_bytes=DEFAULT_CHUNK_BYTES,
             limit=self.merge_records,
-            columns_dir=self._workdir if columns else None,
+            columns=columns,
         )
         self.db, self.loaded = recovery.load(self.version, self.committed)
         self.pending = [changelog for changelog, _, _ in recovery.kept]

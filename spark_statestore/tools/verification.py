@@ -13,7 +13,7 @@ from spark_statestore.checkpoint.changelog import Changelog
 from spark_statestore.checkpoint.filesystem import DurableDir, NotAFileError, resolve_location
 from spark_statestore.checkpoint.files import PartitionFiles
 from spark_statestore.checkpoint.names import QUERY_LAYOUT, statestore_dir
-from spark_statestore.checkpoint.snapshot_columns import COLUMNS_FILE, columns_entry, read_snapshot_columns
+from spark_statestore.checkpoint.snapshot_columns import columns_entry, read_snapshot_columns
 from spark_statestore.checkpoint.snapshots import read_manifest, restore_snapshot
 from spark_statestore.errors import StateStoreError
 from spark_statestore.partition.reading import NoStateError, StateLocation, VersionReader
@@ -142,7 +142,7 @@ def _verify_partition(
             restore_snapshot(durable, version, os.path.join(scratch, "snapshot"), partition)
             entry = columns_entry(read_manifest(durable, version))  # not restored: RocksDB does not need it
             if entry is not None:
-                read_snapshot_columns(durable, entry, os.path.join(scratch, COLUMNS_FILE))
+                read_snapshot_columns(durable, entry)
         except (StateStoreError, OSError) as e:
             report.problems.append(Problem(partition, f"snapshot of version {version}", str(e)))
     committed = report.committed_batch

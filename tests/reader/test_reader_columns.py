@@ -428,3 +428,81 @@ def test_a_columns_file_above_the_memory_bound_is_not_read(dirs, monkeypatch):
     with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
         assert not isinstance(bulk.db, ColumnsCopy)
         assert _bulk_records(bulk, spec, 64) == expected == [(b"k%03d" % i, b"v1-%d" % i) for i in range(50)]
+
+
+class _Changelog:
+    """What `Overlay.of` reads of a changelog: range deletions, then blocks of writes."""
+
+    def __init__(self, ranges: list, blocks: list) -> None:
+        self._ranges, self._blocks = ranges, blocks
+
+    def ranges(self) -> dict:
+        return {"s": self._ranges, "other": [(b"", b"\xff")]}
+
+    def write_columns(self):
+        for keys, values in self._blocks:
+            yield "s", binary_array(keys), binary_array(values)
+            yield "other", binary_array([b"a"]), binary_array([b"x"])
+
+    def write_blocks(self):
+        for store, keys, values in self.write_columns():
+            yield store, keys.to_pylist(), values.to_pylist()
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_the_overlay_of_changelogs_is_their_writes_folded_in_order(seed):
+    """`Overlay` (Arrow arrays: a stable sort keeps each key's last write; ranges delete
+    earlier writes; chunks merged with new values in place or re-sorted) against a dict
+    folding the same changelogs record by record: `latest` of every key, and the merge
+    into a snapshot's chunks (random chunk sizes, key bounds, unsorted blocks, repeated
+    keys, deletes, range deletions, another store's writes)."""
+    from spark_statestore.partition.columnar import Overlay
+
+    rng = random.Random(seed)
+    universe = [b"k%02d" % i for i in range(rng.choice([5, 30]))]
+    snapshot = {k: b"s" + k for k in rng.sample(universe, rng.randint(0, len(universe)))}
+    changelogs, written, ranges = [], {}, []
+    for _ in range(rng.randint(0, 3)):
+        cuts = []
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            lo, hi = sorted(rng.sample(universe + [b"", b"\xff"], 2))
+            cuts.append((lo, hi))
+            ranges.append((lo, hi))
+            written.update({k: None for k in written if lo <= k < hi})
+        blocks = []
+        for _ in range(rng.randint(0, 3)):
+            keys = [rng.choice(universe) for _ in range(rng.randint(1, 8))]
+            if rng.random() < 0.5:
+                keys = sorted(set(keys))
+            values = [None if rng.random() < 0.2 else b"v%d" % rng.randrange(99) for _ in keys]
+            blocks.append((keys, values))
+            written.update(zip(keys, values))
+        changelogs.append(_Changelog(cuts, blocks))
+    overlay = Overlay.of(changelogs, "s")
+    for key in universe:
+        if key in written:
+            expected = written[key]
+        else:
+            expected = None if any(lo <= key < hi for lo, hi in ranges) else "unchanged"
+        assert overlay.latest(key, "unchanged") == expected, key
+    lo, hi = rng.choice([None, b"k01"]), rng.choice([None, b"k03", b"k20"])
+    model = {k: v for k, v in snapshot.items() if not any(a <= k < b for a, b in ranges)}
+    model.update(written)
+    expected_rows = sorted(
+        (k, v) for k, v in model.items() if v is not None and (lo is None or k >= lo) and (hi is None or k < hi)
+    )
+    pairs = sorted(snapshot.items())
+    size = rng.randint(1, 7)
+    chunks = [
+        (binary_array([k for k, _ in pairs[i : i + size]]), binary_array([v for _, v in pairs[i : i + size]]))
+        for i in range(0, len(pairs), size)
+    ]
+
+    def in_bounds(chunk):  # the snapshot's chunks within the bounds, as `SnapshotColumns.chunks` gives them
+        keys, values = chunk
+        keep = [(lo is None or k >= lo) and (hi is None or k < hi) for k in keys.to_pylist()]
+        return keys.filter(pa.array(keep)), values.filter(pa.array(keep))
+
+    scanned = [c for c in map(in_bounds, chunks) if len(c[0])]
+    merged = [row for keys, values in overlay.merge(iter(scanned), lo, hi) for row in zip(keys.to_pylist(), values.to_pylist())]
+    assert merged == expected_rows
