@@ -29,7 +29,9 @@ describes the state: stores, partitions, committed and retained versions, snapsh
 from spark_statestore.spark.reader.columns import column_for
 from spark_statestore.spark.reader.metrics import METRICS_FORMAT, MetricsDataSource
 from spark_statestore.spark.reader.request import FORMAT, METADATA_FORMAT
-from spark_statestore.spark.reader.sources import StateMetadataDataSource, StateStoreDataSource, register_reader
+from spark_statestore.spark.reader.register import register_reader
+from spark_statestore.spark.reader.source_class import StateStoreDataSource
+from spark_statestore.spark.reader.sources import StateMetadataDataSource
 
 __all__ = [
     "FORMAT",

@@ -1,11 +1,10 @@
-"""The options of `format("spark_statestore")` and their checks, and the source's class,
-in a module of the standard library and pyspark alone, pickled by value.
+"""The options of `format("spark_statestore")` and their checks, in a module of the
+standard library alone, pickled by value with the source's class (`source_class`).
 
 Spark plans every `load()` in a new Python worker that unpickles the data source class;
 by reference that imports `spark_statestore` (the stores, RocksDB, pandas and the
-operator adapters: about half a second). `register_reader` registers this module's
-`StateStoreDataSource` by value (`pyspark.cloudpickle.register_pickle_by_value`), so a
-worker imports nothing of the package until the options pass these checks and the
+operator adapters: about half a second). `register_reader` registers `source_class` and
+this module by value (`pyspark.cloudpickle.register_pickle_by_value`), so a worker imports nothing of the package until the options pass these checks and the
 location holds state: a refused `load()` costs what a bare Python source's costs. Names
 of the package are imported inside the methods that need them, after those checks.
 """
@@ -18,8 +17,6 @@ import re
 from typing import Any
 from urllib.parse import urlparse
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
-from pyspark.sql.types import StructType
 
 FORMAT = "spark_statestore"
 METADATA_FORMAT = "spark_statestore_metadata"
@@ -152,29 +149,3 @@ def checked_location(options: Any) -> str:
         if not os.path.lexists(layout):
             raise ValueError(f"there is no spark_statestore state under {location} (no {layout})")
     return str(location)
-
-
-class StateStoreDataSource(DataSource):
-    """`format("spark_statestore")`: the records or the change feed of one store."""
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT
-
-    def schema(self) -> StructType:
-        """The rows' schema; called on the driver by `load()`, so every option of a batch
-        read is checked there, before an action runs a task."""
-        checked_location(self.options)
-        from spark_statestore.spark.reader.sources import read_schema
-
-        return read_schema(self.options)
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        from spark_statestore.spark.reader.sources import batch_reader
-
-        return batch_reader(self.options, schema)
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from spark_statestore.spark.reader.sources import stream_reader
-
-        return stream_reader(self.options, schema)

@@ -1,11 +1,9 @@
-"""The data sources, the state reader's work past its light checks (`options`), and their
-registration in a session."""
+"""The state reader's work past its light checks (`options`), and the metadata source."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
@@ -14,15 +12,12 @@ from spark_statestore.spark import compat
 from spark_statestore.spark.reader.changes import ChangeFeedReader, change_range
 from spark_statestore.spark.reader.columns import change_schema, record_schema
 from spark_statestore.spark.reader.metadata import METADATA_SCHEMA, MetadataReader
-from spark_statestore.spark.reader.metrics import MetricsDataSource
 from spark_statestore.spark.reader.records import RecordsReader
-from spark_statestore.spark.reader import options as options_module
 from spark_statestore.spark.reader.options import (
     FORMAT,
     METADATA_FORMAT,
     RANGE_OPTIONS,
     STREAM_OPTIONS,
-    StateStoreDataSource,
     bool_option,
     check_option_names,
     option,
@@ -106,19 +101,3 @@ class StateMetadataDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return MetadataReader(self._state())
-
-
-def register_reader(spark: Any) -> None:
-    """Register the `spark_statestore`, `spark_statestore_metadata` and
-    `spark_statestore_metrics` formats in a session
-    (as its active session: see `compat.active_session`). Where pyspark's readers take
-    filters (4.1+), it turns on `spark.sql.python.filterPushdown.enabled` in the session:
-    the `spark_statestore` reader takes them (see `filters`), and Spark refuses such a
-    reader while that setting is off."""
-    if compat.FACTS.reader_filter_pushdown:
-        spark.conf.set(compat.FILTER_PUSHDOWN_CONF, "true")
-    cloudpickle.register_pickle_by_value(options_module)  # see `options`
-    with compat.active_session(spark):
-        spark.dataSource.register(StateStoreDataSource)
-        spark.dataSource.register(StateMetadataDataSource)
-        spark.dataSource.register(MetricsDataSource)
