@@ -10,9 +10,9 @@ file, the upload, retention: the background thread's work) is done, so its wall 
 covers that work. The partitions are opened as a Spark worker opens them: one uploader
 and the local copies kept open between batches.
 
-Arm `columns`: the library as it is. Arm `none`: the snapshot verified as it was before
-the columns file existed (every entry of every column family read with checksums on,
-nothing written), set on the partition's snapshot schedule. The last line: the median over
+Arm `columns`: the library's default. Arm `none`: `PartitionOptions(snapshot_columns=False)`,
+the snapshot verified as it was before the columns file existed (every entry of every
+column family read with checksums on, nothing written). The last line: the median over
 rounds of the write path's rows per second with the columns file over without.
 
     python benchmarks/snapshot_columns.py [--keys N] [--updates N] [--batches N] [--rounds N]
@@ -27,18 +27,14 @@ import sys
 import tempfile
 import time
 from statistics import median
-from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-import rocksdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import print_table  # noqa: E402
 
 from spark_statestore import Serdes  # noqa: E402
-from spark_statestore.checkpoint.snapshot_columns import verify_and_write_columns  # noqa: E402
-from spark_statestore.errors import CorruptStateError  # noqa: E402
 from spark_statestore.partition import (  # noqa: E402
     Layout,
     PartitionOptions,
@@ -49,49 +45,18 @@ from spark_statestore.partition import (  # noqa: E402
 from spark_statestore.partition.open_copies import OpenCopies  # noqa: E402
 from spark_statestore.partition.uploads import Uploader  # noqa: E402
 from spark_statestore.spark import KeyValue  # noqa: E402
-from spark_statestore.stores.names import DEFAULT_COLUMN_FAMILY  # noqa: E402
 
 STORE = KeyValue("totals", Serdes.string(), Serdes.int64())
 
 
-def verify_only(path: str) -> None:
-    """The snapshot's verification before the columns file (as `verify_database` did):
-    every entry of every column family read with checksums on, nothing kept or written."""
-    opts = rocksdict.Options(raw_mode=True)
-    names = rocksdict.Rdict.list_cf(path, opts)
-    families = {n: rocksdict.Options(raw_mode=True) for n in names if n != DEFAULT_COLUMN_FAMILY}
-    db = rocksdict.Rdict(path, opts, column_families=families, access_type=rocksdict.AccessType.read_only())
-    read = rocksdict.ReadOptions()
-    read.set_verify_checksums(True)
-    read.fill_cache(False)
-    cfs = []
-    try:
-        for name in names:
-            cf = db if name == DEFAULT_COLUMN_FAMILY else db.get_column_family(name)
-            cfs.append(cf)
-            it = cf.iter(read)
-            it.seek_to_first()
-            while it.valid():
-                it.next()
-            try:
-                it.status()
-            except Exception as e:  # noqa: BLE001 - rocksdict raises Exception with RocksDB's status
-                raise CorruptStateError(f"RocksDB cannot read column family {name!r} of {path}: {e}") from e
-            del it
-    finally:
-        for cf in cfs[::-1]:
-            if cf is not db:
-                cf.close()
-        db.close()
-
-
 class Arm:
-    """One checkpoint of one partition written by batches, its snapshots verified by `verify`."""
+    """One checkpoint of one partition written by batches; `columns`: its snapshots write
+    the columns file (`PartitionOptions.snapshot_columns`)."""
 
-    def __init__(self, work: str, name: str, verify: Callable[[str], None], keys: int, interval: int) -> None:
+    def __init__(self, work: str, name: str, columns: bool, keys: int, interval: int) -> None:
         self.location = os.path.join(work, name, "checkpoint")
         self.resources = WorkerResources(os.path.join(work, name, "local"), uploader=Uploader(), open_copies=OpenCopies())
-        self.verify = verify
+        self.columns = columns
         self.interval = interval
         self.keys = pa.array([f"key-{i:09d}" for i in range(keys)])
         self.batch = 0
@@ -103,9 +68,8 @@ class Arm:
         the wait for their snapshot uploads."""
         states = []
         for _ in range(batches):
-            options = PartitionOptions(partitions=1, snapshot_interval=self.interval)
+            options = PartitionOptions(partitions=1, snapshot_interval=self.interval, snapshot_columns=self.columns)
             state = PartitionState(self.location, 0, [STORE.spec()], self.resources, options)
-            state.snapshots._verify = self.verify  # the arm's snapshot work (see module docstring)
             upload = state.snapshots._upload
 
             def timed_upload(*args, upload=upload):
@@ -144,8 +108,8 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-columns-")
     loads = [os.getloadavg()[0]]
     arms = {
-        "columns": Arm(work, "columns", verify_and_write_columns, args.keys, args.batches),
-        "none": Arm(work, "none", verify_only, args.keys, args.batches),
+        "columns": Arm(work, "columns", True, args.keys, args.batches),
+        "none": Arm(work, "none", False, args.keys, args.batches),
     }
     wall: dict[str, list[float]] = {name: [] for name in arms}
     cpu: dict[str, list[float]] = {name: [] for name in arms}

@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import os
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice, pairwise
 
@@ -47,10 +49,10 @@ def _schema() -> pa.Schema:
     return pa.schema([("key", pa.binary()), ("value", pa.binary())])
 
 
-def verify_and_write_columns(path: str) -> None:
-    """Read every entry of every column family of the RocksDB database at `path` (a
-    checkpoint) with checksums on, raising `CorruptStateError` naming what RocksDB cannot
-    read, and write them to `path/COLUMNS.arrow`."""
+@contextmanager
+def _checkpoint(path: str) -> Iterator[list[tuple[str, rocksdict.Rdict]]]:
+    """The column families of the RocksDB checkpoint at `path`, opened read-only, in name
+    order (`CorruptStateError`: RocksDB cannot open it); closed on exit."""
     opts = rocksdict.Options(raw_mode=True)
     try:
         names = sorted(rocksdict.Rdict.list_cf(path, opts))
@@ -58,39 +60,71 @@ def verify_and_write_columns(path: str) -> None:
         db = rocksdict.Rdict(path, opts, column_families=families, access_type=rocksdict.AccessType.read_only())
     except Exception as e:
         raise CorruptStateError(f"cannot open the RocksDB database at {path} to verify it: {e}") from e
-    target = os.path.join(path, COLUMNS_FILE)
-    cfs = []
+    cfs: list[tuple[str, rocksdict.Rdict]] = []
     try:
-        with pa.OSFile(target + ".tmp", "wb") as sink, pa.ipc.new_file(sink, _schema(), options=_WRITE) as writer:
-            for name in names:
-                cf = db if name == DEFAULT_COLUMN_FAMILY else db.get_column_family(name)
-                cfs.append(cf)
-                meta = {_FAMILY: name.encode("utf-8")}
-                for keys, values in _verified_chunks(cf, name, path):
-                    writer.write_batch(pa.record_batch([keys, values], schema=_schema()), custom_metadata=meta)
-        os.replace(target + ".tmp", target)
+        for name in names:
+            cfs.append((name, db if name == DEFAULT_COLUMN_FAMILY else db.get_column_family(name)))
+        yield cfs
     finally:
-        for cf in cfs[::-1]:
+        for _, cf in cfs[::-1]:
             if cf is not db:
                 cf.close()
         db.close()
 
 
-def _verified_chunks(cf: rocksdict.Rdict, name: str, path: str) -> Iterator[tuple[pa.Array, pa.Array]]:
-    """Column family `cf`'s entries in chunks, read with checksums on by one scan (its
-    `(key, value)` tuples made Arrow arrays in one C-level pass); RocksDB's error where its
-    iterator stopped short (it ends silently on damage) as `CorruptStateError`."""
+def _checked_read() -> rocksdict.ReadOptions:
     read = rocksdict.ReadOptions()
     read.set_verify_checksums(True)
     read.fill_cache(False)
-    entries = cf.items(read_opt=read)
+    return read
+
+
+def verify_database(path: str) -> None:
+    """Read every entry of every column family of the RocksDB database at `path` (a
+    checkpoint) with checksums on, raising `CorruptStateError` naming what RocksDB cannot
+    read; nothing is written (a snapshot without a columns file: `snapshot_columns=False`)."""
+    with _checkpoint(path) as cfs:
+        for name, cf in cfs:
+            tail = deque(cf.keys(read_opt=_checked_read()), maxlen=1)  # a key's block is read with checksums
+            _check_complete(cf, name, path, tail[0] if tail else None)
+
+
+def verify_and_write_columns(path: str) -> None:
+    """Read every entry of every column family of the RocksDB database at `path` (a
+    checkpoint) with checksums on, raising `CorruptStateError` naming what RocksDB cannot
+    read, and write them to `path/COLUMNS.arrow`."""
+    target = os.path.join(path, COLUMNS_FILE)
+    with (
+        _checkpoint(path) as cfs,
+        pa.OSFile(target + ".tmp", "wb") as sink,
+        pa.ipc.new_file(sink, _schema(), options=_WRITE) as writer,
+    ):
+        for name, cf in cfs:
+            meta = {_FAMILY: name.encode("utf-8")}
+            for keys, values in _verified_chunks(cf, name, path):
+                writer.write_batch(pa.record_batch([keys, values], schema=_schema()), custom_metadata=meta)
+    os.replace(target + ".tmp", target)
+
+
+def _verified_chunks(cf: rocksdict.Rdict, name: str, path: str) -> Iterator[tuple[pa.Array, pa.Array]]:
+    """Column family `cf`'s entries in chunks, read with checksums on by one scan (its
+    `(key, value)` tuples made Arrow arrays in one C-level pass); RocksDB's error where its
+    iterator stopped short as `CorruptStateError` (`_check_complete`)."""
+    entries = cf.items(read_opt=_checked_read())
     last: bytes | None = None
     while chunk := list(islice(entries, _CHUNK)):
         last = chunk[-1][0]
         pairs = pa.array(chunk, _ENTRY)
         yield pairs.field(0), pairs.field(1)
     del entries
-    it = cf.iter(read)
+    _check_complete(cf, name, path, last)
+
+
+def _check_complete(cf: rocksdict.Rdict, name: str, path: str, last: bytes | None) -> None:
+    """Raise `CorruptStateError` with RocksDB's error if a scan of `cf` that ended after
+    `last` (None: gave nothing) stopped short: rocksdict's iterators end silently on
+    damage, so an iterator is placed after `last` and asked for its status."""
+    it = cf.iter(_checked_read())
     if last is None:
         it.seek_to_first()
     else:

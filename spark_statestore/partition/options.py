@@ -38,7 +38,11 @@ class PartitionOptions:
     `apply_chunk_bytes`: the size of the write batches a changelog is applied in;
     `every_batch`: whether every batch prepares a version (so version N-1 must be
     durable when batch N opens); `partitions`: the query's partition count (None: not
-    fixed); `ttl_expiry_limit`: expired entries each TTL store deletes per batch."""
+    fixed); `ttl_expiry_limit`: expired entries each TTL store deletes per batch;
+    `snapshot_columns`: whether each snapshot also writes its records as Arrow columns
+    (`COLUMNS.arrow`, which the state reader reads instead of scanning RocksDB; False:
+    snapshots are still read back with checksums before upload, nothing more is written,
+    and readers scan their RocksDB files)."""
 
     snapshot_interval: int = 10
     min_batches_to_retain: int = 100
@@ -49,6 +53,7 @@ class PartitionOptions:
     every_batch: bool = True
     partitions: int | None = None
     ttl_expiry_limit: int = DEFAULT_EXPIRY_LIMIT
+    snapshot_columns: bool = True
 
     def __post_init__(self) -> None:
         checked = {
@@ -61,6 +66,7 @@ class PartitionOptions:
             "every_batch": check_bool(self.every_batch, "every_batch"),
             "partitions": None if self.partitions is None else check_int(self.partitions, "partitions", 1),
             "ttl_expiry_limit": check_int(self.ttl_expiry_limit, "ttl_expiry_limit", 1),
+            "snapshot_columns": check_bool(self.snapshot_columns, "snapshot_columns"),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence, cast
 
 import pyarrow.fs as pafs
 
-from spark_statestore.checkpoint.snapshot_columns import verify_and_write_columns
+from spark_statestore.checkpoint.snapshot_columns import verify_and_write_columns, verify_database
 from spark_statestore.checkpoint.changelog import ChangelogWriter, publish_changelog
 from spark_statestore.checkpoint.changelog_header import ChangelogHeader
 from spark_statestore.checkpoint.filesystem import DurableDir, resolve_location
@@ -117,7 +117,7 @@ class PartitionState:
             interval=self.options.snapshot_interval,
             min_batches_to_retain=self.options.min_batches_to_retain,
             retention_grace_seconds=self.options.retention_grace_seconds,
-            verify=verify_and_write_columns,
+            verify=verify_and_write_columns if self.options.snapshot_columns else verify_database,
         )
         self._own_uploader = resources.uploader is None
         self.uploader = resources.uploader or Uploader()

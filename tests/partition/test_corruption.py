@@ -102,11 +102,15 @@ def test_a_damaged_local_copy_is_rebuilt_from_the_durable_state(tmp_path):
     state.close()
 
 
-def test_a_snapshot_never_uploads_a_damaged_file(tmp_path):
+@pytest.mark.parametrize("columns", [True, False], ids=["columns file", "no columns file"])
+def test_a_snapshot_never_uploads_a_damaged_file(tmp_path, columns):
+    """With or without its columns file (`snapshot_columns`), a snapshot is read back
+    with checksums before upload: a damaged SST file is refused, nothing is published."""
     checkpoint, local = str(tmp_path / "ck"), str(tmp_path / "local")
     os.makedirs(checkpoint)
     _batches(checkpoint, local, range(4), snapshot_interval=100)
-    state = PartitionState(checkpoint, 0, SPECS, WorkerResources(local), PartitionOptions(snapshot_interval=3))
+    options = PartitionOptions(snapshot_interval=3, snapshot_columns=columns)
+    state = PartitionState(checkpoint, 0, SPECS, WorkerResources(local), options)
     _flip_a_bit_in_the_largest_sst(state.local.db_path)
     state.open(4)  # a snapshot of version 3 is due: taken, verified, refused
     state.close()

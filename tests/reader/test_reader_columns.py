@@ -95,6 +95,28 @@ def test_bytes_a_fixed_width_serde_did_not_write_are_named_by_the_serde(identity
         decode_arrow(column_for(identity), binary_array(raw))
 
 
+def test_snapshots_without_columns_files_are_read_from_their_databases(dirs):
+    """`snapshot_columns=False`: the snapshots' manifests list no columns file, and a bulk
+    read of a snapshot's version restores and scans its database, with the same rows."""
+    import glob
+    import json
+
+    from spark_statestore.checkpoint.snapshot_columns import COLUMNS_FILE
+    from spark_statestore.partition.columns_copy import ColumnsCopy
+
+    checkpoint, local = dirs
+    spec = _kv_state(checkpoint, local, columns=False)
+    manifests = glob.glob(os.path.join(checkpoint, "statestore", "0", "snapshots", "*.manifest"))
+    assert manifests
+    for name in manifests:
+        with open(name) as f:
+            assert COLUMNS_FILE not in {e["name"] for e in json.load(f)["files"]}
+    location = StateLocation.open(checkpoint)
+    with VersionReader(location, 0, 1, 2, merge_records=1 << 20) as bulk:
+        assert not isinstance(bulk.db, ColumnsCopy)
+        assert _bulk_records(bulk, spec, 64) == [(b"k%03d" % i, b"v1-%d" % i) for i in range(50)]
+
+
 def _bulk_records(reader: VersionReader, spec: StoreSpec, chunk: int) -> list:
     rows = []
     for columns in reader.columns(spec, chunk):
@@ -288,12 +310,14 @@ def _snapshot_columns_file(checkpoint: str, version: int) -> tuple[str, str, dic
     return os.path.join(root, entry["durable"]), manifest_path, manifest
 
 
-def _kv_state(checkpoint: str, local: str) -> StoreSpec:
-    """Batches 0..2 of a key-value store with a snapshot of every version."""
+def _kv_state(checkpoint: str, local: str, columns: bool = True) -> StoreSpec:
+    """Batches 0..2 of a key-value store with a snapshot of every version (`columns`:
+    with their columns files)."""
     spec = StoreSpec.key_value("kv")
     record_query_layout(checkpoint, Layout.of([spec], 1))
+    options = PartitionOptions(snapshot_interval=1, snapshot_columns=columns)
     for batch in range(3):
-        state = PartitionState(checkpoint, 0, [spec], WorkerResources(local), PartitionOptions(snapshot_interval=1))
+        state = PartitionState(checkpoint, 0, [spec], WorkerResources(local), options)
         state.open(batch)
         for i in range(50):
             state.store("kv").put(b"k%03d" % i, b"v%d-%d" % (batch, i))

@@ -403,6 +403,7 @@ def test_an_unreadable_store_record_is_corrupt_state(tmp_path):
     ({"rocks_memory": "x"}, TypeError, r"rocks_memory must be a RocksMemory or None, got str: 'x'"),
     ({"cache": 1}, TypeError, r"cache must be a ThreadCache or None, got int: 1"),
     ({"every_batch": "no"}, TypeError, r"every_batch must be True or False, got str: 'no'"),
+    ({"snapshot_columns": 1}, TypeError, r"snapshot_columns must be True or False, got int: 1"),
     ({"open_copies": "yes"}, TypeError, r"open_copies must be a OpenCopies or None, got str: 'yes'"),
     ({"snapshot_interval": 0}, ValueError, r"snapshot_interval must be at least 1, got 0"),
     ({"min_batches_to_retain": 0}, ValueError, r"min_batches_to_retain must be at least 1, got 0"),
