@@ -18,6 +18,7 @@ it (taken before it existed) is read by a scan, as before.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 from bisect import bisect_left, bisect_right
@@ -112,12 +113,30 @@ def _verified_chunks(cf: rocksdict.Rdict, name: str, path: str) -> Iterator[tupl
     iterator stopped short as `CorruptStateError` (`_check_complete`)."""
     entries = cf.items(read_opt=_checked_read())
     last: bytes | None = None
-    while chunk := list(islice(entries, _CHUNK)):
-        last = chunk[-1][0]
-        pairs = pa.array(chunk, _ENTRY)
+    while (pairs := _next_chunk(entries)) is not None:
+        last = pairs[-1]["key"].as_py()
         yield pairs.field(0), pairs.field(1)
     del entries
     _check_complete(cf, name, path, last)
+
+
+def _next_chunk(entries: Iterator[tuple[bytes, bytes]]) -> pa.StructArray | None:
+    """The next `_CHUNK` of `entries` as a struct array (None: none left), made with the
+    cyclic garbage collector paused: each chunk is 65,536 new tuples that live until it
+    is converted, and counted as new objects they set off collections (full ones too,
+    scanning every object of the process, the writer's included) that find nothing to
+    free. The pause is one chunk long, and the collector is left as it was found (as
+    pyspark does for its own bulk loads)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        chunk = list(islice(entries, _CHUNK))
+        pairs = pa.array(chunk, _ENTRY) if chunk else None
+        del chunk  # its tuples are freed before the collector runs again
+        return pairs
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _check_complete(cf: rocksdict.Rdict, name: str, path: str, last: bytes | None) -> None:
