@@ -219,12 +219,12 @@ class _Handler(BaseHTTPRequestHandler):
             payload = f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
             if self.command == "HEAD":
                 payload = b""  # a HEAD answer has no body
+            owner._count(kind, area, _logged(kind, self.path), len(body), 0)  # before the answer (see below)
             self.send_response(status)
             self.send_header("Content-Type", "application/xml")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
-            owner._count(kind, area, _logged(kind, self.path), len(body), 0)
             return
         host, port = owner.upstream.rsplit(":", 1)
         upstream = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -235,6 +235,9 @@ class _Handler(BaseHTTPRequestHandler):
             upstream.request(self.command, self.path, body=body or None, headers=headers)
             response = upstream.getresponse()
             data = response.read()
+            cut = cut and self.command != "HEAD" and len(data) > 1
+            if not cut:  # counted before the client has its answer: once it has, the log already holds it
+                owner._count(kind, area, _logged(kind, self.path), len(body), len(data) if self.command != "HEAD" else 0)
             self.send_response_only(response.status, response.reason)
             for key, value in response.getheaders():
                 if key.lower() not in _HOP and key.lower() != "content-length":
@@ -243,14 +246,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", length or "0")
             self.end_headers()
             if self.command != "HEAD":
-                if cut and len(data) > 1:
+                if cut:
                     self.wfile.write(data[: len(data) // 2])
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
                     return
                 self.wfile.write(data)
-            owner._count(kind, area, _logged(kind, self.path), len(body), len(data) if self.command != "HEAD" else 0)
         finally:
             upstream.close()
 
