@@ -117,6 +117,45 @@ def test_snapshots_without_columns_files_are_read_from_their_databases(dirs):
         assert _bulk_records(bulk, spec, 64) == [(b"k%03d" % i, b"v1-%d" % i) for i in range(50)]
 
 
+def test_the_columns_switch_flipped_across_restarts_reads_every_version_the_same(dirs):
+    """`snapshot_columns` changed at every restart: some snapshots have a columns file,
+    some not, and every version reads in bulk what the batches wrote (deletes included)."""
+    import glob
+    import json
+
+    from spark_statestore.checkpoint.snapshot_columns import COLUMNS_FILE
+
+    checkpoint, local = dirs
+    spec = StoreSpec.key_value("kv")
+    record_query_layout(checkpoint, Layout.of([spec], 1))
+    expected: dict[bytes, bytes] = {}
+    versions = []
+    for batch in range(6):
+        options = PartitionOptions(snapshot_interval=1, snapshot_columns=batch % 2 == 0)
+        state = PartitionState(checkpoint, 0, [spec], WorkerResources(local), options)
+        state.open(batch)
+        for i in range(batch, 40, 3):
+            key, value = b"k%03d" % i, b"v%d-%d" % (batch, i)
+            state.store("kv").put(key, value)
+            expected[key] = value
+        state.store("kv").put(b"k%03d" % (batch * 5), None)
+        expected.pop(b"k%03d" % (batch * 5), None)
+        state.prepare()
+        state.close()
+        state.wait_for_snapshots()
+        versions.append(sorted(expected.items()))
+    with_file = set()
+    for name in glob.glob(os.path.join(checkpoint, "statestore", "0", "snapshots", "*.manifest")):
+        with open(name) as f:
+            if COLUMNS_FILE in {e["name"] for e in json.load(f)["files"]}:
+                with_file.add(int(os.path.basename(name).split(".")[0]))
+    assert with_file and len(with_file) < 5, with_file  # a mix of both kinds of snapshot
+    location = StateLocation.open(checkpoint)
+    for version, rows in enumerate(versions):  # batch N's version is N
+        with VersionReader(location, 0, version, len(versions) - 1, merge_records=1 << 20) as bulk:
+            assert _bulk_records(bulk, spec, 7) == rows, version
+
+
 def _bulk_records(reader: VersionReader, spec: StoreSpec, chunk: int) -> list:
     rows = []
     for columns in reader.columns(spec, chunk):
