@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,7 @@ def check_session(start: Any, end: Any) -> tuple[int, int]:
 
 
 Sessions = Iterator[tuple[SessionWindow, bytes]]
+Window = tuple[int, int]  # (start, end)
 
 
 class SessionStore(StateStore, ABC):
@@ -139,6 +140,13 @@ class SessionStore(StateStore, ABC):
     def remove(self, key: bytes, start: int, end: int) -> None:
         """Remove the session `(key, start, end)`."""
         self.put(key, start, end, None)
+
+    def write_sessions(self, changes: Iterable[tuple[bytes, int, int, bytes | None]]) -> None:
+        """`put` of every `(key, start, end, value)` in order (`None` removes): what merging
+        or closing many sessions writes, in one call a store may take in bulk (not in API.md)."""
+        put = self.put
+        for key, start, end, value in changes:
+            put(key, start, end, value)
 
     def advance_stream_time(self, time: int) -> None:
         """Observe stream time `time` without a session (what a watermark does), expiring
@@ -248,6 +256,22 @@ class SessionStore(StateStore, ABC):
             raise self._closed()
         latest = check_time(latest_session_end, "latest_session_end")
         return self._iterator(self._read_ended(latest))
+
+    def sessions_of_keys(self, requests: Sequence[tuple[bytes, int, int]]) -> list[dict[Window, bytes]]:
+        """For each `(key, earliest_session_end, latest_session_start)`, what `find_sessions`
+        gives, as `{(start, end): value}`: the reads of merging a micro-batch, in one call a
+        store may answer in one pass (not in API.md)."""
+        return [
+            {(window[1], window[2]): value for window, value in self.find_sessions(key, earliest, latest)}
+            for key, earliest, latest in requests
+        ]
+
+    def take_ended_sessions(self, latest_session_end: int) -> list[tuple[SessionWindow, bytes]]:
+        """Remove and return what `find_ended_sessions` gives (what closing sessions does;
+        a store may remove them as it reads them; not in API.md)."""
+        ended = list(self.find_ended_sessions(latest_session_end))
+        self.write_sessions([(*window, None) for window, _ in ended])
+        return ended
 
     @abstractmethod
     def _read_ended(self, latest_end: int) -> Sessions:

@@ -2,13 +2,14 @@
 
 `merge_record` reads and writes the store once per record. A Spark micro-batch arrives as
 columns; `merge_batch` groups them by key, reads each touched key's live sessions once (one
-`find_sessions` over the span of the key's record times, widened by the gap: every session
-any of its records could join lies there), replays the records in order against that list
+`sessions_of_keys` call: per key, `find_sessions` over the span of its record times widened
+by the gap, where every session any of its records could join lies), replays the records in order against that list
 in Python, and writes only the net changes (a session merged several times in the batch is
 put once; one merged away is removed once). The resulting state equals `merge_record` on
 each record in turn, liveness included: under `Clock.RECORDS` the stream time each record
 would have seen is replayed, and the store is advanced to the batch's stream time before
-the writes. (The count of dropped sessions is not replayed.)
+the writes, which go to the store in one `write_sessions`. (The count of dropped sessions is
+not replayed.)
 """
 
 from __future__ import annotations
@@ -44,11 +45,13 @@ def merge_batch(
     for i, key in enumerate(keys):
         by_key.setdefault(key, []).append(i)
     retention = store.retention_period
-    changes = []  # read every key's sessions at the stream time the batch starts from
-    for key, rows in by_key.items():
+    requests = []
+    for key, rows in by_key.items():  # every session any of the key's records could join
         key_times = [times[i] for i in rows]
-        lo, hi = max(min(key_times) - gap, 0), min(max(key_times) + gap, MAX_TIME)
-        initial = {(w.start, w.end): v for w, v in store.find_sessions(key, lo, hi)}
+        requests.append((key, max(min(key_times) - gap, 0), min(max(key_times) + gap, MAX_TIME)))
+    found = store.sessions_of_keys(requests)  # at the stream time the batch starts from
+    changes = []
+    for (key, rows), initial in zip(by_key.items(), found):
         current = dict(initial)
         for i in rows:
             _replay(current, times[i], values[i], gap, merge, seen[i] - retention)
@@ -56,15 +59,17 @@ def merge_batch(
     if final > store.observed_stream_time:
         store.advance_stream_time(final)
     live_after = final - retention
+    writes: list[tuple[Any, int, int, Any]] = []
     written = []
     for key, initial, current in changes:
         for window in initial.keys() - current.keys():
             if window[1] > live_after:
-                store.remove(key, *window)
+                writes.append((key, *window, None))
         for window, value in current.items():
             if window[1] > live_after and (window not in initial or initial[window] != value):
-                store.put(key, *window, value)
+                writes.append((key, *window, value))
                 written.append((SessionWindow(key, *window), value))
+    store.write_sessions(writes)
     return written
 
 
@@ -91,10 +96,17 @@ def _replay(
     """`merge_record` of one record against a key's sessions held in `sessions` (those
     ending at `expired_up_to` or before are not live; one put so is never seen again, as
     every later stream time is larger, so it is kept rather than dropped)."""
-    found = sorted(
-        (w for w in sessions if w[1] > expired_up_to and w[1] >= time - gap and w[0] <= time + gap),
-        key=lambda w: (w[1], w[0]),
-    )
-    start = min([time, *(w[0] for w in found)])
-    end = max([time, *(w[1] for w in found)])
+    lo, hi = time - gap, time + gap
+    found = [w for w in sessions if w[1] >= lo and w[0] <= hi and w[1] > expired_up_to]
+    if not found:  # the usual record: a session of its own
+        sessions[(time, time)] = value
+        return
+    if len(found) > 1:
+        found.sort(key=_by_end)
+    start = min(time, min(w[0] for w in found))
+    end = max(time, max(w[1] for w in found))
     sessions[(start, end)] = reduce(merge, [sessions.pop(w) for w in found] + [value])
+
+
+def _by_end(window: Window) -> Window:
+    return window[1], window[0]

@@ -15,10 +15,11 @@ These work on any session store, bytes or typed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any
 
+from spark_statestore.stores.session_batch import merge_batch
 from spark_statestore.stores.session_layout import SessionWindow
 from spark_statestore.validation import MAX_TIME, check_int, check_time, to_millis
 
@@ -35,15 +36,22 @@ def merge_record(
     within `gap`; returns the merged session and its value (see module docstring).
     `merge(a, b)` combines two aggregates, earlier sessions first."""
     time = check_time(time, "time")
-    found = list(store.find_sessions(key, max(time - gap, 0), min(time + gap, MAX_TIME)))
-    start = min([time, *(window.start for window, _ in found)])
-    end = max([time, *(window.end for window, _ in found)])
-    merged = reduce(merge, [v for _, v in found] + [value])
-    for window, _ in found:
-        if window.start != start or window.end != end:
-            store.remove(key, window.start, window.end)
-    store.put(key, start, end, merged)
+    (found,) = store.sessions_of_keys([(key, max(time - gap, 0), min(time + gap, MAX_TIME))])
+    if not found:  # the usual record: a session of its own
+        store.put(key, time, time, value)
+        return SessionWindow(key, time, time), value
+    windows = sorted(found, key=_by_end)  # earlier sessions' values first
+    start = min(time, windows[0][0], *(w[0] for w in windows))
+    end = max(time, windows[-1][1])
+    merged = reduce(merge, [found[w] for w in windows] + [value])
+    writes = [(key, w[0], w[1], None) for w in windows if w != (start, end)]
+    writes.append((key, start, end, merged))
+    store.write_sessions(writes)
     return SessionWindow(key, start, end), merged
+
+
+def _by_end(window: tuple[int, int]) -> tuple[int, int]:
+    return window[1], window[0]
 
 
 def is_late(time: int, gap: int, watermark: int) -> bool:
@@ -56,10 +64,7 @@ def close_sessions(store: Any, watermark: int, gap: int) -> list[tuple[SessionWi
     ordered by end, then key, then start."""
     if watermark - gap < 0:
         return []
-    closed = list(store.find_ended_sessions(watermark - gap))
-    for window, _ in closed:
-        store.remove(*window)
-    return closed
+    return store.take_ended_sessions(watermark - gap)
 
 
 class GapSessions:
@@ -75,6 +80,13 @@ class GapSessions:
     ) -> tuple[SessionWindow, Any]:
         """`merge_record` with this store's gap."""
         return merge_record(self.store, key, time, value, self.gap, merge)
+
+    def merge_batch(
+        self, keys: Sequence[Any], times: Sequence[int], values: Sequence[Any], merge: Callable[[Any, Any], Any]
+    ) -> list[tuple[SessionWindow, Any]]:
+        """`session_batch.merge_batch` with this store's gap: a micro-batch's records in
+        order, each key's sessions read once and only the net changes written."""
+        return merge_batch(self.store, keys, times, values, self.gap, merge)
 
     def close(self, watermark: int) -> list[tuple[SessionWindow, Any]]:
         """`close_sessions` with this store's gap."""

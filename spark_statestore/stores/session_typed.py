@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from spark_statestore.stores.iterators import StoreIterator
@@ -28,6 +29,15 @@ class TypedSessionStore(_TypedOnStreamTime):
 
     def remove(self, key: Any, start: int, end: int) -> None:
         self.store.remove(self._ek(key), start, end)
+
+    def write_sessions(self, changes: Iterable[tuple[Any, int, int, Any]]) -> None:
+        ek, ev = self._ek, self._ev
+        self.store.write_sessions([(ek(k), start, end, ev(v)) for k, start, end, v in changes])
+
+    def sessions_of_keys(self, requests: Sequence[tuple[Any, int, int]]) -> list[dict[tuple[int, int], Any]]:
+        ek, dv = self._ek, self._dv
+        found = self.store.sessions_of_keys([(ek(k), earliest, latest) for k, earliest, latest in requests])
+        return [{window: dv(value) for window, value in sessions.items()} for sessions in found]
 
     def fetch_session(self, key: Any, start: int, end: int) -> Any:
         return self._dv_or_none(self.store.fetch_session(self._ek(key), start, end))
@@ -71,6 +81,9 @@ class TypedSessionStore(_TypedOnStreamTime):
 
     def find_ended_sessions(self, latest_session_end: int) -> StoreIterator:
         return self._read(self.store.find_ended_sessions(latest_session_end))
+
+    def take_ended_sessions(self, latest_session_end: int) -> list[tuple[SessionWindow, Any]]:
+        return list(map(self._session, self.store.take_ended_sessions(latest_session_end)))
 
     def _read(self, inner: StoreIterator) -> StoreIterator:
         return _decoded(inner, self._session)

@@ -148,6 +148,13 @@ class SortedMap:
         self._ordered = (self.version, keys)
         return keys
 
+    def has_key_in(self, lo: Any, hi: Any) -> bool:
+        """Whether some key lies in [lo, hi) (`None` = open end): one bisection of the index
+        (built now if it was not yet), no walk."""
+        keys = self.sorted_keys()
+        at = 0 if lo is None else keys.bisect_left(lo)
+        return at < len(keys) and (hi is None or keys[at] < hi)
+
     def pop_first(self) -> tuple[Any, Any]:
         keys = self.sorted_keys()
         key = keys.pop(0)

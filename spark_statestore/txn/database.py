@@ -255,6 +255,9 @@ class TransactionalDatabase:
         with self._lock:
             if any(ks.pending or ks.ranges or ks.staging is not None for ks in self._keyspaces.values()):
                 raise StateStoreError(f"cannot replay changes into {self.path} while a transaction is open")
+            for keyspace in self._keyspaces.values():  # committed data changes under them
+                keyspace.generation += 1
+                keyspace.epoch += 1
             apply_changes(self.db, ranges, blocks, final, chunk_bytes)
 
     def get_property(self, name: str) -> str | None:
@@ -309,6 +312,8 @@ class TransactionalDatabase:
         self._check_open()
         with self._lock:
             self._end_transaction()
+            for keyspace in self._keyspaces.values():
+                keyspace.epoch += 1
             for store in self._stores.values():
                 store.after_rollback()
             self.metrics.rollbacks += 1

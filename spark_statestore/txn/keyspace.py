@@ -68,6 +68,10 @@ class TransactionalKeySpace:
         # moved by what changes where the transaction's records are (a spill, the end of the
         # transaction, a range deletion): open merged scans re-open (`_merged_scan`)
         self.generation = 0
+        # moved by what changes the keyspace other than its store's own writes (a rollback, a
+        # replay of changes into committed data, a range deletion): views a store derived
+        # from its writes (`stores.session_view`) are dropped
+        self.epoch = 0
 
     # -- writes -------------------------------------------------------------------------
 
@@ -177,6 +181,7 @@ class TransactionalKeySpace:
             self.staging.delete_range(lo, hi)
         self.ranges = _add_range(self.ranges, lo, hi)
         self.generation += 1
+        self.epoch += 1
         self._account(len(lo) + len(hi) - freed, -len(removed))
 
     # -- reads --------------------------------------------------------------------------
@@ -222,9 +227,7 @@ class TransactionalKeySpace:
         """True when committed data alone answers reads of [lo, hi)."""
         if self.ranges or self.staging is not None:
             return False
-        if not self.pending:
-            return True
-        return next(self.pending.iter_keys(lo, hi, True, False), _MISSING) is _MISSING
+        return not self.pending or not self.pending.has_key_in(lo, hi)
 
     def scan(
         self, lo: bytes | None, hi: bytes | None, reverse: bool = False

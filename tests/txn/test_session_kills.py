@@ -33,8 +33,8 @@ def _run(path, *args, fault: str | None = None) -> tuple[int, int]:
     return done.returncode, max(committed, default=0)
 
 
-def _reopened(path) -> tuple[int, tuple]:
-    store = session_workload.open_store(str(path))
+def _reopened(path, clock: str) -> tuple[int, tuple]:
+    store = session_workload.open_store(str(path), clock=clock)
     try:
         return store.committed_offset("txn") or 0, session_workload.state_of(store)
     finally:
@@ -54,16 +54,19 @@ KILL_POINTS = [
 ]
 
 
+@pytest.mark.parametrize("clock", ["records", "watermark"])
 @pytest.mark.parametrize("point,nth,limit,committed", KILL_POINTS)
-def test_kill_at_each_commit_step(tmp_path, point, nth, limit, committed):
+def test_kill_at_each_commit_step(tmp_path, point, nth, limit, committed, clock):
+    """Under the watermark clock, every other transaction merges a micro-batch: the
+    store's bulk reads and writes, and its held sessions, across the kill."""
     path = tmp_path / "db"
-    code, last = _run(path, "--limit", str(limit), fault=f"{point}@{nth}")
+    code, last = _run(path, "--limit", str(limit), "--clock", clock, fault=f"{point}@{nth}")
     assert code == -signal.SIGKILL
-    offset, state = _reopened(path)
+    offset, state = _reopened(path, clock)
     if point.startswith("spill:"):
         assert offset == last
     else:
         assert offset == (last + 1 if committed else last)
-    assert state == session_workload.expected(SEED, offset)
-    code, last = _run(path, "--limit", str(limit), "--max", "12")  # and it goes on from there
-    assert code == 0 and _reopened(path) == (12, session_workload.expected(SEED, 12))
+    assert state == session_workload.expected(SEED, offset, clock)
+    code, last = _run(path, "--limit", str(limit), "--max", "12", "--clock", clock)  # and it goes on from there
+    assert code == 0 and _reopened(path, clock) == (12, session_workload.expected(SEED, 12, clock))

@@ -1,0 +1,122 @@
+"""`HeldSessions`: the sessions of recently touched keys, held in memory by the
+transactional session store, so that merging a record reads RocksDB only for a key not
+held rather than once per record.
+
+Merging a record reads its key's sessions, removes what merges and puts the merged one.
+Through the transactional keyspace that read is a seek in RocksDB merged with a scan of
+the transaction's buffer, and a buffer that is scanned keeps a sorted index that every
+later write inserts into (measured: most of a record's cost). Held here, a key's sessions
+are read from committed data once and then kept up to date by the store's own writes;
+the buffer stays a plain dict.
+
+A held key answers exactly what the keyspace would, because the keyspace is the store's
+alone and the store tells the view of each write (`wrote`) and expiry (`expired`). A key
+written while not held is `blind`: read through the keyspace until its writes are
+committed. What the keyspace does that the store does not drops the view (its `epoch`
+moves: a rollback, a replay of changelogs into it, a range deletion), and while a range
+deletion is pending nothing is held. A commit keeps the view (committed data is then what
+it holds); a spill moves the buffer, not what it means, and keeps it too.
+
+Bounded: at most `MAX_SESSIONS` sessions, the least recently used keys dropped first (blind
+until the transaction commits: they may have writes of it); a key with more than
+`MAX_PER_KEY` sessions is not held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+Window = tuple[int, int]  # (start, end)
+
+MAX_SESSIONS = 100_000
+MAX_PER_KEY = 64
+
+
+class HeldSessions:
+    """See module docstring. `keyspace` is a transactional keyspace (`generation`,
+    `epoch`, `staging`, `ranges`)."""
+
+    __slots__ = ("_blind", "_count", "_epoch", "_generation", "_held", "_ks", "_on")
+
+    def __init__(self, keyspace: Any) -> None:
+        self._ks = keyspace
+        self._held: dict[bytes, dict[Window, bytes]] = {}  # in recency order
+        self._blind: set[bytes] = set()
+        self._count = 0
+        self._generation = keyspace.generation
+        self._epoch = keyspace.epoch
+        self._on = not keyspace.ranges
+
+    def _sync(self) -> bool:
+        """Whether the view may be used now, after following what the keyspace did since."""
+        ks = self._ks
+        if ks.generation != self._generation:
+            self._generation = ks.generation
+            if ks.epoch != self._epoch:
+                self._epoch = ks.epoch
+                self._held.clear()
+                self._blind.clear()
+                self._count = 0
+            elif ks.staging is None:  # the transaction committed: its writes are committed data
+                self._blind.clear()
+            self._on = not ks.ranges
+        return self._on
+
+    def get(self, key: bytes) -> dict[Window, bytes] | None:
+        """`key`'s held sessions (keyed by `(start, end)`), or None: read the keyspace
+        (and `load` what was read, if `may_load`)."""
+        if not self._sync():
+            return None
+        held = self._held
+        sessions = held.pop(key, None)
+        if sessions is not None:
+            held[key] = sessions  # the most recently used
+        return sessions
+
+    def may_load(self, key: bytes) -> bool:
+        """Whether `key`'s sessions read from committed data may be held (`get` just gave
+        None for it)."""
+        return self._on and key not in self._blind
+
+    def load(self, key: bytes, sessions: dict[Window, bytes]) -> None:
+        """Hold `sessions`: every live session of `key` in committed data (`may_load`)."""
+        if len(sessions) > MAX_PER_KEY:
+            return
+        held = self._held
+        held[key] = sessions
+        self._count += len(sessions)
+        while self._count > MAX_SESSIONS:
+            evicted = next(iter(held))
+            self._count -= len(held.pop(evicted))
+            self._blind.add(evicted)  # it may have writes of this transaction: read through
+
+    def wrote(self, key: bytes, start: int, end: int, value: bytes | None) -> None:
+        """The store wrote the session (None: removed it)."""
+        self.wrote_many(((key, start, end, value),))
+
+    def wrote_many(self, changes: Iterable[tuple[bytes, int, int, bytes | None]]) -> None:
+        """The store wrote each `(key, start, end, value)` (None: removed it)."""
+        if not self._sync():
+            return
+        held, blind = self._held, self._blind
+        count = self._count
+        for key, start, end, value in changes:
+            sessions = held.get(key)
+            if sessions is None:
+                blind.add(key)
+            elif value is None:
+                if sessions.pop((start, end), None) is not None:
+                    count -= 1
+            else:
+                if (start, end) not in sessions:
+                    count += 1
+                sessions[(start, end)] = value
+        self._count = count
+
+    def expired(self, key: bytes, start: int, end: int) -> None:
+        """The store deleted the session because it expired (no read can see it any more,
+        so a key not held stays readable from committed data)."""
+        sessions = self._held.get(key) if self._sync() else None
+        if sessions is not None and sessions.pop((start, end), None) is not None:
+            self._count -= 1
