@@ -31,7 +31,6 @@ from spark_statestore.stores.session_layout import (
     BY_END,
     SESSIONS,
     SessionWindow,
-    end_index_key,
     index_bound,
     key_prefix,
     key_prefix_end,
@@ -91,13 +90,14 @@ class RocksDBSessionStore(SessionStore):
                 return
 
     def _put_live(self, key: bytes, start: int, end: int, value: bytes | None) -> None:
-        stored = session_key(key, start, end)
+        at, e, s = escape(key), end.to_bytes(8, "big"), start.to_bytes(8, "big")
+        stored, indexed = SESSIONS + at + e + s, BY_END + e + at + s  # session_key, end_index_key
         if value is None:
             self._ks.delete(stored)
-            self._ks.delete(end_index_key(key, start, end))
+            self._ks.delete(indexed)
         else:
             self._ks.put(stored, value)
-            self._ks.put(end_index_key(key, start, end), b"")
+            self._ks.put(indexed, b"")
         if self._view is not None:
             self._view.wrote(key, start, end, value)
 

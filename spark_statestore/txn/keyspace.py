@@ -35,6 +35,7 @@ _PUT = b"\x01"
 _TOMBSTONE = b"\x00"
 _SPILL_BATCH_BYTES = 1 << 20
 _BULK_CHUNK = 4096  # pairs buffered per budget charge by `put_many`
+_FEW = 16  # `put_columns` of at most this many pairs: one by one
 
 Entry = tuple[bytes, "bytes | None"]
 _first, _second = itemgetter(0), itemgetter(1)
@@ -127,7 +128,11 @@ class TransactionalKeySpace:
         garbage-collected memory, and the collector's passes over thousands of live tuples
         cost more than the buffering itself. A write of many keys into a buffer with a
         sorted index gives the index up (the next ordered walk sorts again, once) rather
-        than inserting into it key by key."""
+        than inserting into it key by key. A few writes go one by one: the bulk path's
+        set-up costs more than it saves on them."""
+        if len(keys) <= _FEW:
+            self._put_each(keys, values)
+            return
         if len(keys) >= _BULK_CHUNK and len(keys) * 4 >= len(self.pending):
             self.pending.drop_index()
         whole = len(keys) <= _BULK_CHUNK
@@ -135,12 +140,15 @@ class TransactionalKeySpace:
             chunk_keys = keys if whole else keys[lo : lo + _BULK_CHUNK]
             chunk_values = values if whole else values[lo : lo + _BULK_CHUNK]
             if not self._put_chunk(chunk_keys, chunk_values):
-                put, delete = self.put, self.delete
-                for key, value in zip(chunk_keys, chunk_values):
-                    if value is None:
-                        delete(key)
-                    else:
-                        put(key, value)
+                self._put_each(chunk_keys, chunk_values)
+
+    def _put_each(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> None:
+        put, delete = self.put, self.delete
+        for key, value in zip(keys, values):
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
 
     def _put_chunk(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> bool:
         """Buffer a chunk of writes of distinct keys at once, counted as `put` and
