@@ -17,9 +17,10 @@ moves: a rollback, a replay of changelogs into it, a range deletion), and while 
 deletion is pending nothing is held. A commit keeps the view (committed data is then what
 it holds); a spill moves the buffer, not what it means, and keeps it too.
 
-Bounded: at most `MAX_SESSIONS` sessions, the least recently used keys dropped first (blind
-until the transaction commits: they may have writes of it); a key with more than
-`MAX_PER_KEY` sessions is not held.
+Bounded: at most `MAX_BYTES` of memory (estimated: `KEY_COST` a key and `SESSION_COST` a
+session besides their bytes, measured with tracemalloc), the least recently used keys
+dropped first (blind until the transaction commits: they may have writes of it); a key
+with more than `MAX_PER_KEY` sessions is not held.
 """
 
 from __future__ import annotations
@@ -29,21 +30,23 @@ from typing import Any
 
 Window = tuple[int, int]  # (start, end)
 
-MAX_SESSIONS = 100_000
+MAX_BYTES = 8 << 20
 MAX_PER_KEY = 64
+KEY_COST = 300  # a key's dict of sessions and its entry in the view
+SESSION_COST = 150  # a session's entry: its (start, end) tuple and the dict slot
 
 
 class HeldSessions:
     """See module docstring. `keyspace` is a transactional keyspace (`generation`,
     `epoch`, `staging`, `ranges`)."""
 
-    __slots__ = ("_blind", "_count", "_epoch", "_generation", "_held", "_ks", "_on")
+    __slots__ = ("_blind", "_bytes", "_epoch", "_generation", "_held", "_ks", "_on")
 
     def __init__(self, keyspace: Any) -> None:
         self._ks = keyspace
         self._held: dict[bytes, dict[Window, bytes]] = {}  # in recency order
         self._blind: set[bytes] = set()
-        self._count = 0
+        self._bytes = 0  # estimated memory held
         self._generation = keyspace.generation
         self._epoch = keyspace.epoch
         self._on = not keyspace.ranges
@@ -57,7 +60,7 @@ class HeldSessions:
                 self._epoch = ks.epoch
                 self._held.clear()
                 self._blind.clear()
-                self._count = 0
+                self._bytes = 0
             elif ks.staging is None:  # the transaction committed: its writes are committed data
                 self._blind.clear()
             self._on = not ks.ranges
@@ -83,12 +86,16 @@ class HeldSessions:
         """Hold `sessions`: every live session of `key` in committed data (`may_load`)."""
         if len(sessions) > MAX_PER_KEY:
             return
+        self._held[key] = sessions
+        self._bytes += _cost(key, sessions)
+        self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently used keys until the view is within its bound."""
         held = self._held
-        held[key] = sessions
-        self._count += len(sessions)
-        while self._count > MAX_SESSIONS:
+        while self._bytes > MAX_BYTES and held:
             evicted = next(iter(held))
-            self._count -= len(held.pop(evicted))
+            self._bytes -= _cost(evicted, held.pop(evicted))
             self._blind.add(evicted)  # it may have writes of this transaction: read through
 
     def wrote(self, key: bytes, start: int, end: int, value: bytes | None) -> None:
@@ -100,23 +107,30 @@ class HeldSessions:
         if not self._sync():
             return
         held, blind = self._held, self._blind
-        count = self._count
+        size = self._bytes
         for key, start, end, value in changes:
             sessions = held.get(key)
             if sessions is None:
                 blind.add(key)
-            elif value is None:
-                if sessions.pop((start, end), None) is not None:
-                    count -= 1
-            else:
-                if (start, end) not in sessions:
-                    count += 1
+                continue
+            old = sessions.pop((start, end), None)
+            if old is not None:
+                size -= SESSION_COST + len(old)
+            if value is not None:
                 sessions[(start, end)] = value
-        self._count = count
+                size += SESSION_COST + len(value)
+        self._bytes = size
+        if size > MAX_BYTES:
+            self._evict()
 
     def expired(self, key: bytes, start: int, end: int) -> None:
         """The store deleted the session because it expired (no read can see it any more,
         so a key not held stays readable from committed data)."""
         sessions = self._held.get(key) if self._sync() else None
-        if sessions is not None and sessions.pop((start, end), None) is not None:
-            self._count -= 1
+        old = None if sessions is None else sessions.pop((start, end), None)
+        if old is not None:
+            self._bytes -= SESSION_COST + len(old)
+
+
+def _cost(key: bytes, sessions: dict[Window, bytes]) -> int:
+    return KEY_COST + len(key) + SESSION_COST * len(sessions) + sum(map(len, sessions.values()))

@@ -68,7 +68,7 @@ def _check(rng: random.Random, store, reference) -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_merges_closes_and_transactions_against_the_in_memory_store(tmp_path, monkeypatch, seed):
     rng = random.Random(seed)
-    monkeypatch.setattr(session_view, "MAX_SESSIONS", rng.choice([4, 16, 10**6]))
+    monkeypatch.setattr(session_view, "MAX_BYTES", rng.choice([2000, 8000, 1 << 30]))
     monkeypatch.setattr(session_view, "MAX_PER_KEY", rng.choice([1, 3, 64]))
     retention = rng.choice([8, 30, 10**6])
     limit = rng.choice([-1, 400])  # 400 bytes: transactions spill
@@ -121,7 +121,17 @@ def test_merges_closes_and_transactions_against_the_in_memory_store(tmp_path, mo
             reference = _rebuilt(committed, retention)
         watermark = max(watermark, reference.observed_stream_time)
         _check(rng, store, reference)
+        _check_bound(store)
     store.close()
+
+
+def _check_bound(store) -> None:
+    """The view's memory estimate is what it holds (no drift from its bookkeeping), and
+    within its bound."""
+    view = store._view
+    held = view._held
+    assert view._bytes == sum(session_view._cost(k, sessions) for k, sessions in held.items())
+    assert view._bytes <= session_view.MAX_BYTES
 
 
 def test_a_rollback_drops_what_the_transaction_merged(tmp_path):
