@@ -27,6 +27,7 @@ def test_defaults_match_the_documented_ones():
     assert s.isolation_level is IsolationLevel.READ_COMMITTED
     assert (s.cache_max_bytes, s.uncommitted_max_bytes) == (10485760, 67108864)
     assert (s.snapshot_interval, s.min_batches_to_retain) == (10, 100)
+    assert s.snapshot_columns is True
     assert s.local_dir is None
 
 
@@ -37,6 +38,7 @@ def test_values_and_byte_sizes():
             "spark.statestore.cache.maxBytes": "64m",
             "spark.statestore.uncommitted.maxBytes": "-1",
             "spark.statestore.snapshotInterval": "5",
+            "spark.statestore.snapshotColumns": "false",
             "spark.statestore.minBatchesToRetain": "20",
             "spark.statestore.localDir": "/data/state",
         }.get,
@@ -46,6 +48,7 @@ def test_values_and_byte_sizes():
     assert s.cache_max_bytes == 64 << 20 and s.cache_bytes_per_task() == 16 << 20
     assert s.uncommitted_max_bytes == -1
     assert (s.snapshot_interval, s.min_batches_to_retain, s.resolve_local_dir()) == (5, 20, "/data/state")
+    assert s.snapshot_columns is False
     assert parse_bytes("k", "10 KB", 0) == 10240
 
 
@@ -63,6 +66,7 @@ def test_values_and_byte_sizes():
         ("spark.statestore.snapshotInterval", "1" * 5000, "must be an integer, got '1111"),  # beyond int()'s limit
         ("spark.statestore.cache.maxBytes", "\u0661\u0660m", "must be a byte size such as 10485760 or 10m"),
         ("spark.statestore.localDir", " ", "must be a directory path, got ' '"),
+        ("spark.statestore.snapshotColumns", "no", "must be true or false, got 'no'"),
         ("spark.task.cpus", "0", "spark.task.cpus must be at least 1"),
     ],
 )
@@ -186,3 +190,45 @@ def test_reader_integer_options_are_checked_like_settings_naming_the_option():
         int_option({"batchId": "x"}, "batchId")
     with pytest.raises(ValueError, match=r"option maxRowsPerTrigger must be at least 1, got '0'"):
         int_option({"maxRowsPerTrigger": "0"}, "maxRowsPerTrigger", minimum=1)
+
+
+@pytest.mark.parametrize("columns", ["true", "false"])
+def test_snapshot_columns_reaches_the_tasks_snapshots(tmp_path, columns):
+    """`spark.statestore.snapshotColumns=false`: a task's snapshots have no columns file
+    (a query whose state nobody reads in bulk does not pay for one); true, the default: each
+    has one. Both read back the same state."""
+    import json
+    import os
+
+    from spark_statestore import Serdes
+    from spark_statestore.checkpoint.names import COLUMNS_FILE
+    from spark_statestore.spark import KeyValue
+    from spark_statestore.spark.driver.operator import OperatorConfig
+    from spark_statestore.spark.worker.task import TaskInfo
+    from spark_statestore.spark.worker.task_state import TaskState
+
+    checkpoint = str(tmp_path / "ckpt")
+    conf = {
+        "spark.statestore.localDir": str(tmp_path / "local"),
+        "spark.statestore.snapshotInterval": "1",
+        "spark.statestore.snapshotColumns": columns,
+    }
+    totals = KeyValue("totals", Serdes.string(), Serdes.int64())
+    config = OperatorConfig(checkpoint, (totals,), StateStoreSettings.from_conf(conf.get))
+    for name in ("offsets", "commits"):
+        os.makedirs(os.path.join(checkpoint, name))
+    for batch in range(3):
+        with open(os.path.join(checkpoint, "offsets", str(batch)), "w") as f:  # as Spark's driver writes it
+            f.write(f"v1\n{json.dumps({'batchWatermarkMs': 0, 'batchTimestampMs': 1000 + batch, 'conf': {}})}\n{{}}\n")
+        state = TaskState(config, TaskInfo(batch, 0, 0, batch, "q", 1)).open()
+        assert state["totals"].get("k") == (None if batch == 0 else batch - 1)
+        state["totals"].put("k", batch)
+        partition = state.partition
+        state.finish()
+        partition.wait_for_snapshots()
+        with open(os.path.join(checkpoint, "commits", str(batch)), "w") as f:
+            f.write("v1\n{}\n")
+    snapshots = os.path.join(checkpoint, "statestore", "0", "snapshots")
+    files = [set(os.listdir(os.path.join(snapshots, d))) for d in os.listdir(snapshots) if d.isdigit()]
+    assert len(files) >= 2
+    assert all((COLUMNS_FILE in f) == (columns == "true") for f in files), files

@@ -28,6 +28,7 @@ ISOLATION_LEVEL = "spark.statestore.isolationLevel"
 CACHE_MAX_BYTES = "spark.statestore.cache.maxBytes"
 UNCOMMITTED_MAX_BYTES = "spark.statestore.uncommitted.maxBytes"
 SNAPSHOT_INTERVAL = "spark.statestore.snapshotInterval"
+SNAPSHOT_COLUMNS = "spark.statestore.snapshotColumns"
 MIN_BATCHES_TO_RETAIN = "spark.statestore.minBatchesToRetain"
 LOCAL_DIR = "spark.statestore.localDir"
 LOCK_TIMEOUT = "spark.statestore.lockTimeout"
@@ -124,6 +125,9 @@ SETTINGS = (
     ),
     Setting(SNAPSHOT_INTERVAL, "snapshot_interval", str(_PROTOCOL.snapshot_interval), lambda k, v: parse_int(k, v, 1)),
     Setting(
+        SNAPSHOT_COLUMNS, "snapshot_columns", "true" if _PROTOCOL.snapshot_columns else "false", parse_bool
+    ),
+    Setting(
         MIN_BATCHES_TO_RETAIN, "min_batches_to_retain", str(_PROTOCOL.min_batches_to_retain),
         lambda k, v: parse_int(k, v, 1),
     ),
@@ -164,6 +168,7 @@ class StateStoreSettings:
     cache_max_bytes: int
     uncommitted_max_bytes: int
     snapshot_interval: int
+    snapshot_columns: bool
     min_batches_to_retain: int
     local_dir: str | None
     lock_timeout: float

@@ -69,6 +69,7 @@ class TaskState:
         self._cache_start = resources.cache.stats() if resources.cache is not None else {}
         options = PartitionOptions(
             snapshot_interval=settings.snapshot_interval,
+            snapshot_columns=settings.snapshot_columns,
             min_batches_to_retain=settings.min_batches_to_retain,
             uncommitted_max_bytes=settings.uncommitted_max_bytes,
             lock_timeout=settings.lock_timeout,
