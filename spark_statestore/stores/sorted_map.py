@@ -35,7 +35,7 @@ _NONE: Any = object()
 class SortedMap:
     """A dict (`data`) plus a lazily built, then maintained, sorted key index."""
 
-    __slots__ = ("data", "get", "_keys", "_eager", "version", "_ordered")
+    __slots__ = ("data", "get", "index", "_eager", "version", "_ordered")
 
     def __init__(self, eager: bool = False, ordered: bool = False) -> None:
         # `ordered`: keys also keep a recency order (`touch`, `oldest_key`), for LRU caches
@@ -43,7 +43,8 @@ class SortedMap:
         # `get(key, default=None)`: the dict's own method, bound once (no Python frame)
         self.get = self.data.get
         self._eager = eager
-        self._keys: SortedList | None = SortedList() if eager else None
+        # the sorted key index, None while not built: read it; change it only through this map
+        self.index: SortedList | None = SortedList() if eager else None
         self.version = 0  # bumped on every insert of a new key and every removal
         self._ordered: tuple[int, list] | None = None  # (version, keys sorted at that version)
 
@@ -56,7 +57,7 @@ class SortedMap:
     def set(self, key: Any, value: Any) -> None:
         data = self.data
         if key not in data:
-            keys = self._keys
+            keys = self.index
             if keys is not None:
                 keys.add(key)
             self.version += 1
@@ -65,7 +66,7 @@ class SortedMap:
     def add(self, key: Any, value: Any) -> None:
         """`set` of a key the caller has just found absent (one dict probe fewer)."""
         self.data[key] = value
-        keys = self._keys
+        keys = self.index
         if keys is not None:
             keys.add(key)
         self.version += 1
@@ -75,7 +76,7 @@ class SortedMap:
         map yet (the caller has looked them up already)."""
         self.data.update(pairs)
         if new_keys:
-            keys = self._keys
+            keys = self.index
             if keys is not None:
                 keys.update(new_keys)
             self.version += 1
@@ -83,7 +84,7 @@ class SortedMap:
     def keys_between(self, lo: Any, hi: Any) -> list:
         """The keys in [lo, hi), in no particular order: from the index if there is one,
         else by one pass over the dict (cheaper than building the index for one range)."""
-        keys = self._keys
+        keys = self.index
         if keys is not None:
             return list(keys.irange(lo, hi, (True, False)))
         return [key for key in self.data if lo <= key < hi]
@@ -91,8 +92,8 @@ class SortedMap:
     def drop_index(self) -> None:
         """Give the sorted index up (not for `eager` maps): the next ordered walk builds it
         again, with one sort, where inserting many keys one by one would cost more."""
-        if self._keys is not None and not self._eager:
-            self._keys = None
+        if self.index is not None and not self._eager:
+            self.index = None
             self.version += 1  # open walks take keys from the index: they re-seek
 
     def pop(self, key: Any, default: Any = None) -> Any:
@@ -100,7 +101,7 @@ class SortedMap:
         if key not in data:
             return default
         value = data.pop(key)
-        keys = self._keys
+        keys = self.index
         if keys is not None:
             keys.remove(key)
         self.version += 1
@@ -121,17 +122,17 @@ class SortedMap:
     def clear(self) -> None:
         self.data.clear()
         self._ordered = None
-        if self._keys is not None:
-            self._keys.clear()
+        if self.index is not None:
+            self.index.clear()
             if not self._eager:
-                self._keys = None  # built again by the next ordered walk
+                self.index = None  # built again by the next ordered walk
         self.version += 1
 
     def sorted_keys(self) -> SortedList:
         """The sorted key index (built now if it was not yet)."""
-        keys = self._keys
+        keys = self.index
         if keys is None:
-            keys = self._keys = SortedList(self.data)
+            keys = self.index = SortedList(self.data)
         return keys
 
     def ordered_keys(self) -> list:
@@ -139,8 +140,8 @@ class SortedMap:
         one; else sorted now, without building the index, and kept while the keys stay the
         same: a transaction's change set is walked in order for its changelog, then again
         for its commit)."""
-        if self._keys is not None:
-            return list(self._keys)
+        if self.index is not None:
+            return list(self.index)
         ordered = self._ordered
         if ordered is not None and ordered[0] == self.version:
             return ordered[1]

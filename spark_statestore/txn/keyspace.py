@@ -64,7 +64,6 @@ class TransactionalKeySpace:
         self.pending = SortedMap()
         self.ranges: list[tuple[bytes, bytes]] = []  # pending range deletions, sorted, disjoint
         self.memory_bytes = 0  # key and value bytes buffered in memory (KIP-892's count)
-        self.entries = 0  # records buffered in memory
         self.spilled = 0  # uncommitted bytes moved to the staging column family
         # moved by what changes where the transaction's records are (a spill, the end of the
         # transaction, a range deletion): open merged scans re-open (`_merged_scan`)
@@ -74,11 +73,15 @@ class TransactionalKeySpace:
         # from its writes (`stores.session_view`) are dropped
         self.epoch = 0
 
+    @property
+    def entries(self) -> int:
+        """Records buffered in memory: the buffer's keys (puts and tombstones)."""
+        return len(self.pending.data)
+
     # -- writes -------------------------------------------------------------------------
 
     def _account(self, delta: int, entries: int = 0) -> None:
         self.memory_bytes += delta
-        self.entries += entries
         self._budget.charge(delta, entries)  # may spill every buffer of the transaction
 
     def put(self, key: bytes, value: bytes) -> None:
@@ -86,10 +89,12 @@ class TransactionalKeySpace:
         pending = self.pending
         data = pending.data
         old = data.get(key, _MISSING)
-        if old is _MISSING:
-            pending.add(key, value)  # a new key: the sorted index and version follow
+        if old is _MISSING:  # a new key: the sorted index and version follow (`pending.add`, inlined)
+            data[key] = value
+            if pending.index is not None:
+                pending.index.add(key)
+            pending.version += 1
             delta = len(key) + len(value)
-            self.entries += 1
             self.memory_bytes += delta
             budget = self._budget  # `budget.charge(delta, 1)`, its common case inlined
             memory = budget.memory + delta + ENTRY_COST
@@ -170,7 +175,6 @@ class TransactionalKeySpace:
             delta = sum(map(len, new_keys)) + sum(map(len, filter(None, values)))
             delta -= sum(map(len, [old for old in olds if old is not _MISSING and old is not None]))
         self.pending.set_many(zip(keys, values), new_keys)
-        self.entries += added
         self.memory_bytes += delta
         self._budget.charge(delta, added)  # may spill every buffer of the transaction
         return True
@@ -366,7 +370,6 @@ class TransactionalKeySpace:
         self.spilled += uncommitted_cost(self.memory_bytes, self.entries)
         self._budget.spilled_to_disk(self.memory_bytes, self.entries)
         self.memory_bytes = 0
-        self.entries = 0
         self.pending.clear()
         self.generation += 1
 
@@ -386,7 +389,6 @@ class TransactionalKeySpace:
         self.generation += 1
         self.ranges = []
         self.memory_bytes = 0
-        self.entries = 0
         self.spilled = 0
         if self.staging is not None:
             self.staging = None

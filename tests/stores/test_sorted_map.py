@@ -30,8 +30,8 @@ def test_clear_drops_the_index_of_a_lazy_map_only():
         assert list(m.sorted_keys()) == [b"a", b"b"]
         m.clear()
         m.set(b"c", 3)
-    assert lazy._keys is None  # inserts after a clear pay no ordering until the next walk
-    assert list(eager._keys) == [b"c"]
+    assert lazy.index is None  # inserts after a clear pay no ordering until the next walk
+    assert list(eager.index) == [b"c"]
     assert list(lazy.iter_keys()) == [b"c"] and list(eager.iter_keys()) == [b"c"]
 
 
