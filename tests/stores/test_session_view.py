@@ -14,6 +14,8 @@ import random
 import pytest
 
 from spark_statestore import Stores, TransactionalDatabase
+from spark_statestore.cache.caching_session import CachingSessionStore
+from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.kinds import build_store
 from spark_statestore.stores import session_view
 from spark_statestore.stores.session_api import SessionSpec
@@ -31,20 +33,22 @@ def _concat(a: bytes, b: bytes) -> bytes:
     return (a + b)[-8:]
 
 
-def _open(path: str, retention: int, limit: int):
+def _open(path: str, retention: int, limit: int, clock: str = "watermark", cache: ThreadCache | None = None):
+    """The transactional store (behind a record cache, given one) and its database."""
     db = TransactionalDatabase(path, uncommitted_max_bytes=limit)
-    spec = StoreSpec.of("session", "s", SessionSpec.of("s", retention, "watermark"))
-    return db, build_store(spec, db, on_close=db.close)
+    spec = StoreSpec.of("session", "s", SessionSpec.of("s", retention, clock))
+    store = build_store(spec, db, on_close=db.close)
+    return db, store if cache is None else CachingSessionStore(store, cache)
 
 
 def _state(store) -> tuple:
     return [(tuple(w), v) for w, v in store.all()], store.observed_stream_time
 
 
-def _rebuilt(state: tuple, retention: int):
+def _rebuilt(state: tuple, retention: int, clock: str):
     """An in-memory store holding `state` (what a rollback or reopen returns to)."""
     sessions, stream_time = state
-    store = Stores.in_memory_session_store("s", retention, clock="watermark")
+    store = Stores.in_memory_session_store("s", retention, clock=clock)
     if stream_time >= 0:
         store.advance_stream_time(stream_time)
     for (key, start, end), value in sessions:
@@ -65,16 +69,21 @@ def _check(rng: random.Random, store, reference) -> None:
             assert store.fetch_session(*window) == value
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_merges_closes_and_transactions_against_the_in_memory_store(tmp_path, monkeypatch, seed):
+@pytest.mark.parametrize("clock", ["watermark", "records"])
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_merges_closes_and_transactions_against_the_in_memory_store(tmp_path, monkeypatch, seed, cached, clock):
+    """`cached`: behind a record cache small enough to evict (and flush) often; `records`:
+    each put may move the stream time (the store's bulk writes go one by one)."""
     rng = random.Random(seed)
     monkeypatch.setattr(session_view, "MAX_BYTES", rng.choice([2000, 8000, 1 << 30]))
     monkeypatch.setattr(session_view, "MAX_PER_KEY", rng.choice([1, 3, 64]))
     retention = rng.choice([8, 30, 10**6])
     limit = rng.choice([-1, 400])  # 400 bytes: transactions spill
     path = str(tmp_path / "db")
-    db, store = _open(path, retention, limit)
-    reference = Stores.in_memory_session_store("s", retention, clock="watermark")
+    cache = ThreadCache(rng.choice([300, 3000])) if cached else None
+    db, store = _open(path, retention, limit, clock, cache)
+    reference = Stores.in_memory_session_store("s", retention, clock=clock)
     committed = _state(reference)
     watermark = 0
     for step in range(160):
@@ -114,11 +123,11 @@ def test_merges_closes_and_transactions_against_the_in_memory_store(tmp_path, mo
             committed = _state(reference)
         elif op < 0.93:
             store.rollback()
-            reference = _rebuilt(committed, retention)
+            reference = _rebuilt(committed, retention, clock)
         else:
             store.close()
-            db, store = _open(path, retention, limit)
-            reference = _rebuilt(committed, retention)
+            db, store = _open(path, retention, limit, clock, cache)
+            reference = _rebuilt(committed, retention, clock)
         watermark = max(watermark, reference.observed_stream_time)
         _check(rng, store, reference)
         _check_bound(store)
@@ -128,7 +137,7 @@ def test_merges_closes_and_transactions_against_the_in_memory_store(tmp_path, mo
 def _check_bound(store) -> None:
     """The view's memory estimate is what it holds (no drift from its bookkeeping), and
     within its bound."""
-    view = store._view
+    view = getattr(store, "_inner", store)._view
     held = view._held
     assert view._bytes == sum(session_view._cost(k, sessions) for k, sessions in held.items())
     assert view._bytes <= session_view.MAX_BYTES
