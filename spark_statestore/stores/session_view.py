@@ -20,7 +20,8 @@ it holds); a spill moves the buffer, not what it means, and keeps it too.
 Bounded: at most `MAX_BYTES` of memory (estimated: `KEY_COST` a key and `SESSION_COST` a
 session besides their bytes, measured with tracemalloc), the least recently used keys
 dropped first (blind until the transaction commits: they may have writes of it); a key
-with more than `MAX_PER_KEY` sessions is not held.
+with more than `MAX_PER_KEY` sessions is not held. A view that thrashes (most loads evict
+a key: far more keys are touched once each than it can hold) stops loading for a while.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ Window = tuple[int, int]  # (start, end)
 
 MAX_BYTES = 8 << 20
 MAX_PER_KEY = 64
+WINDOW = 4096  # loads between looks at whether the view thrashes
+PAUSE = 16 * WINDOW  # lookups that load nothing after it did
 KEY_COST = 300  # a key's dict of sessions and its entry in the view
 SESSION_COST = 150  # a session's entry: its (start, end) tuple and the dict slot
 
@@ -40,13 +43,16 @@ class HeldSessions:
     """See module docstring. `keyspace` is a transactional keyspace (`generation`,
     `epoch`, `staging`, `ranges`)."""
 
-    __slots__ = ("_blind", "_bytes", "_epoch", "_generation", "_held", "_ks", "_on")
+    __slots__ = ("_blind", "_bytes", "_epoch", "_evictions", "_generation", "_held", "_ks", "_loads", "_on", "_pause")
 
     def __init__(self, keyspace: Any) -> None:
         self._ks = keyspace
         self._held: dict[bytes, dict[Window, bytes]] = {}  # in recency order
         self._blind: set[bytes] = set()
         self._bytes = 0  # estimated memory held
+        self._loads = 0  # loads since the last look at how the view fares
+        self._evictions = 0  # keys evicted since then
+        self._pause = 0  # lookups left that load nothing (the view was thrashing)
         self._generation = keyspace.generation
         self._epoch = keyspace.epoch
         self._on = not keyspace.ranges
@@ -79,7 +85,18 @@ class HeldSessions:
 
     def may_load(self, key: bytes) -> bool:
         """Whether `key`'s sessions read from committed data may be held (`get` just gave
-        None for it)."""
+        None for it). Not while the view thrashes: when most of `WINDOW` loads evicted a
+        key (keys are touched once each while the bound holds far fewer), loading costs
+        more than the view saves, and loads pause for `PAUSE` lookups."""
+        if self._pause:
+            self._pause -= 1
+            return False
+        if self._loads >= WINDOW:
+            thrashing = self._evictions * 2 > self._loads
+            self._loads = self._evictions = 0
+            if thrashing:
+                self._pause = PAUSE
+                return False
         return self._on and key not in self._blind
 
     def load(self, key: bytes, sessions: dict[Window, bytes]) -> None:
@@ -88,6 +105,7 @@ class HeldSessions:
             return
         self._held[key] = sessions
         self._bytes += _cost(key, sessions)
+        self._loads += 1
         self._evict()
 
     def _evict(self) -> None:
@@ -97,6 +115,7 @@ class HeldSessions:
             evicted = next(iter(held))
             self._bytes -= _cost(evicted, held.pop(evicted))
             self._blind.add(evicted)  # it may have writes of this transaction: read through
+            self._evictions += 1
 
     def wrote(self, key: bytes, start: int, end: int, value: bytes | None) -> None:
         """The store wrote the session (None: removed it)."""

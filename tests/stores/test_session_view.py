@@ -78,6 +78,8 @@ def test_merges_closes_and_transactions_against_the_in_memory_store(tmp_path, mo
     rng = random.Random(seed)
     monkeypatch.setattr(session_view, "MAX_BYTES", rng.choice([2000, 8000, 1 << 30]))
     monkeypatch.setattr(session_view, "MAX_PER_KEY", rng.choice([1, 3, 64]))
+    monkeypatch.setattr(session_view, "WINDOW", rng.choice([4, 4096]))  # 4: pauses when it thrashes
+    monkeypatch.setattr(session_view, "PAUSE", rng.choice([3, 30]))
     retention = rng.choice([8, 30, 10**6])
     limit = rng.choice([-1, 400])  # 400 bytes: transactions spill
     path = str(tmp_path / "db")
@@ -202,4 +204,24 @@ def test_a_key_with_more_sessions_than_the_bound_is_read_through(tmp_path, monke
     assert [(w.start, w.end, v) for w, v in store.fetch(b"k")] == [
         (0, 0, b"0"), (10, 10, b"10"), (20, 20, b"20"), (30, 30, b"30"), (40, 41, b"40+")
     ]
+    store.close()
+
+
+def test_a_view_that_thrashes_stops_loading_for_a_while(tmp_path, monkeypatch):
+    """Keys touched once each, far more than the view holds: after `WINDOW` loads that
+    mostly evicted, `PAUSE` lookups load nothing (and read through the keyspace, right)."""
+    monkeypatch.setattr(session_view, "MAX_BYTES", 3000)  # a handful of keys
+    monkeypatch.setattr(session_view, "WINDOW", 16)
+    monkeypatch.setattr(session_view, "PAUSE", 100)
+    loads = []
+    load = session_view.HeldSessions.load
+    monkeypatch.setattr(session_view.HeldSessions, "load", lambda self, *a: (loads.append(a[0]), load(self, *a)))
+    db, store = _open(str(tmp_path / "db"), 10**6, -1)
+    for i in range(200):
+        merge_record(store, b"u%03d" % i, 10, b"x", GAP, _concat)
+    assert 16 <= len(loads) < 200 - 100  # a window's loads, then a pause of 100 lookups
+    for i in range(200):  # read again: held or not, each key has its session
+        assert store.sessions_of_keys([(b"u%03d" % i, 0, MAX_TIME)]) == [{(10, 10): b"x"}]
+    store.commit({"t": 1})
+    assert [(w.key, v) for w, v in store.all()] == [(b"u%03d" % i, b"x") for i in range(200)]
     store.close()
