@@ -25,10 +25,18 @@ from spark_statestore.serde import escape, unescape
 from spark_statestore.stores.api import prefix_end
 from spark_statestore.stores.keyspace import KeySeeker, KeySpace, KeySpaceSeeker
 from spark_statestore.stores.persistent_window import STREAM_TIME_KEY
-from spark_statestore.stores.session_api import Sessions, SessionSpec, SessionStore, Window, check_session
-from spark_statestore.stores.session_view import HeldSessions
+from spark_statestore.stores.session_api import (
+    Sessions,
+    SessionSpec,
+    SessionStore,
+    Window,
+    checked_change,
+    checked_request,
+)
 from spark_statestore.stores.session_layout import (
     BY_END,
+    CHANGE_FIELDS,
+    REQUEST_FIELDS,
     SESSIONS,
     SessionWindow,
     index_bound,
@@ -39,8 +47,9 @@ from spark_statestore.stores.session_layout import (
     session_of,
     session_of_index,
 )
+from spark_statestore.stores.session_view import HeldSessions
 from spark_statestore.stores.window_api import CHUNK_RECORDS
-from spark_statestore.validation import MAX_TIME, check_key, check_time, check_value
+from spark_statestore.validation import MAX_TIME, check_items, check_time
 
 EXPIRE_CHUNK = 256  # expired sessions read from the index at a time
 
@@ -114,10 +123,7 @@ class RocksDBSessionStore(SessionStore):
         values: list[bytes | None] = []
         escaped: dict[bytes, bytes] = {}
         written = []
-        for key, start, end, value in changes:
-            key = check_key(key)
-            start, end = check_session(start, end)
-            value = check_value(value)
+        for key, start, end, value in check_items(changes, "changes", CHANGE_FIELDS, checked_change):
             if end <= expired_up_to:
                 self.metrics.dropped_records_total += 1
                 continue
@@ -165,12 +171,11 @@ class RocksDBSessionStore(SessionStore):
             raise self._closed()
         live_from = self._expired_up_to() + 1
         # one request (a record's merge): its own scan; more: one reseeked iterator
+        requests = check_items(requests, "requests", REQUEST_FIELDS, checked_request)
         readers = _Readers(self._ks, len(requests) > 1)
         out = []
         for key, earliest, latest in requests:
-            key = check_key(key)
-            earliest = max(check_time(earliest, "earliest_session_end"), live_from)
-            latest = check_time(latest, "latest_session_start")
+            earliest = max(earliest, live_from)
             held = self._held(key, readers)
             if held is not None:
                 out.append({w: v for w, v in held.items() if w[1] >= earliest and w[0] <= latest})

@@ -25,12 +25,13 @@ from spark_statestore.stores.api import StateStore, key_range_is_empty
 from spark_statestore.stores.clock import STREAM_CLOCK, Clock
 from spark_statestore.stores.damage import storage_error
 from spark_statestore.stores.iterators import StoreIterator
-from spark_statestore.stores.session_layout import SessionWindow
+from spark_statestore.stores.session_layout import CHANGE_FIELDS, REQUEST_FIELDS, SessionWindow
 from spark_statestore.stores.session_typed import TypedSessionStore
 from spark_statestore.stores.window_api import WindowStoreMetrics
 from spark_statestore.validation import (
     MAX_TIME,
     check_bound,
+    check_items,
     check_key,
     check_name,
     check_time,
@@ -79,6 +80,17 @@ class SessionSpec:
                 f"retention_period must be recorded as int milliseconds, got {describe(retention)}"
             )
         return SessionSpec.of(name, retention, session.get("clock", Clock.RECORDS))
+
+
+def checked_change(key: Any, start: Any, end: Any, value: Any) -> tuple[bytes, int, int, bytes | None]:
+    """One `write_sessions` change, checked as `put` checks it."""
+    start, end = check_session(start, end)
+    return check_key(key), start, end, check_value(value)
+
+
+def checked_request(key: Any, earliest: Any, latest: Any) -> tuple[bytes, int, int]:
+    """One `sessions_of_keys` request, checked as `find_sessions` checks it."""
+    return check_key(key), check_time(earliest, "earliest_session_end"), check_time(latest, "latest_session_start")
 
 
 def check_session(start: Any, end: Any) -> tuple[int, int]:
@@ -143,9 +155,10 @@ class SessionStore(StateStore, ABC):
 
     def write_sessions(self, changes: Iterable[tuple[bytes, int, int, bytes | None]]) -> None:
         """`put` of every `(key, start, end, value)` in order (`None` removes): what merging
-        or closing many sessions writes, in one call a store may take in bulk (not in API.md)."""
+        or closing many sessions writes, in one call a store may take in bulk (not in API.md).
+        Every change is checked before any is written."""
         put = self.put
-        for key, start, end, value in changes:
+        for key, start, end, value in check_items(changes, "changes", CHANGE_FIELDS, checked_change):
             put(key, start, end, value)
 
     def advance_stream_time(self, time: int) -> None:
@@ -263,7 +276,7 @@ class SessionStore(StateStore, ABC):
         store may answer in one pass (not in API.md)."""
         return [
             {(window[1], window[2]): value for window, value in self.find_sessions(key, earliest, latest)}
-            for key, earliest, latest in requests
+            for key, earliest, latest in check_items(requests, "requests", REQUEST_FIELDS, checked_request)
         ]
 
     def take_ended_sessions(self, latest_session_end: int) -> list[tuple[SessionWindow, bytes]]:

@@ -21,6 +21,10 @@ from spark_statestore.stores.api import prefix_end
 SESSIONS = b"\x01"
 BY_END = b"\x02"
 
+# the items of the bulk calls (`write_sessions`, `sessions_of_keys`), as errors name them
+CHANGE_FIELDS = ("key", "start", "end", "value")
+REQUEST_FIELDS = ("key", "earliest_session_end", "latest_session_start")
+
 
 class SessionWindow(NamedTuple):
     """One session of a key: records from `start` to `end` (inclusive, int ms)."""

@@ -6,8 +6,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from spark_statestore.stores.iterators import StoreIterator
-from spark_statestore.stores.session_layout import SessionWindow
+from spark_statestore.stores.session_layout import CHANGE_FIELDS, REQUEST_FIELDS, SessionWindow
 from spark_statestore.stores.typed import _decoded, _TypedOnStreamTime
+from spark_statestore.validation import check_items
 
 
 class TypedSessionStore(_TypedOnStreamTime):
@@ -31,13 +32,18 @@ class TypedSessionStore(_TypedOnStreamTime):
         self.store.remove(self._ek(key), start, end)
 
     def write_sessions(self, changes: Iterable[tuple[Any, int, int, Any]]) -> None:
-        ek, ev = self._ek, self._ev
-        self.store.write_sessions([(ek(k), start, end, ev(v)) for k, start, end, v in changes])
+        self.store.write_sessions(check_items(changes, "changes", CHANGE_FIELDS, self._encode_change))
+
+    def _encode_change(self, key: Any, start: int, end: int, value: Any) -> tuple[bytes, int, int, Any]:
+        return self._ek(key), start, end, self._ev(value)
 
     def sessions_of_keys(self, requests: Sequence[tuple[Any, int, int]]) -> list[dict[tuple[int, int], Any]]:
-        ek, dv = self._ek, self._dv
-        found = self.store.sessions_of_keys([(ek(k), earliest, latest) for k, earliest, latest in requests])
+        found = self.store.sessions_of_keys(check_items(requests, "requests", REQUEST_FIELDS, self._encode_request))
+        dv = self._dv
         return [{window: dv(value) for window, value in sessions.items()} for sessions in found]
+
+    def _encode_request(self, key: Any, earliest: int, latest: int) -> tuple[bytes, int, int]:
+        return self._ek(key), earliest, latest
 
     def fetch_session(self, key: Any, start: int, end: int) -> Any:
         return self._dv_or_none(self.store.fetch_session(self._ek(key), start, end))

@@ -17,6 +17,7 @@ from spark_statestore import Stores, TransactionalDatabase
 from spark_statestore.cache.caching_session import CachingSessionStore
 from spark_statestore.cache.thread_cache import ThreadCache
 from spark_statestore.kinds import build_store
+from spark_statestore.serde import Serdes
 from spark_statestore.stores import session_view
 from spark_statestore.stores.session_api import SessionSpec
 from spark_statestore.stores.session_batch import merge_batch
@@ -225,3 +226,35 @@ def test_a_view_that_thrashes_stops_loading_for_a_while(tmp_path, monkeypatch):
     store.commit({"t": 1})
     assert [(w.key, v) for w, v in store.all()] == [(b"u%03d" % i, b"x") for i in range(200)]
     store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "rocksdb-watermark", "rocksdb-records", "typed"])
+@pytest.mark.parametrize(
+    "call,error,message",
+    [
+        ("write", [(b"k", 5, 1, b"v")], "changes\\[1\\]: start must be at most end, got start=5, end=1"),
+        ("write", [(b"k", 1)], "changes\\[1\\] must be a \\(key, start, end, value\\) tuple, got"),
+        ("write", [(b"k", -1, 1, b"v")], "changes\\[1\\]: start must be"),
+        ("write", [(None, 1, 1, b"v")], "changes\\[1\\]: .*key"),
+        ("read", [(b"k", 0)], "requests\\[1\\] must be a \\(key, earliest_session_end, latest_session_start\\) tuple"),
+        ("read", [(b"k", -3, 5)], "requests\\[1\\]: earliest_session_end must be"),
+    ],
+)
+def test_bulk_calls_name_the_bad_item_and_write_nothing(tmp_path, kind, call, error, message):
+    """A bad change or request is refused naming its index and what is wrong with it, and
+    a refused `write_sessions` writes none of its changes (the good one before it either)."""
+    if kind == "memory":
+        store = Stores.in_memory_session_store("s", 100, clock="watermark")
+    elif kind == "typed":
+        store = _open(str(tmp_path / "db"), 100, -1)[1].typed(Serdes.bytes(), Serdes.bytes())
+    else:
+        store = _open(str(tmp_path / "db"), 100, -1, kind.split("-")[1])[1]
+    good = (b"g", 3, 4, b"x")
+    with pytest.raises((TypeError, ValueError), match=message):
+        if call == "write":
+            store.write_sessions([good, *error])
+        else:
+            store.sessions_of_keys([(b"g", 0, 9), *error])
+    assert list(store.all()) == []
+    store.write_sessions([good])
+    assert store.sessions_of_keys([(b"g", 0, 9)]) == [{(3, 4): b"x"}]
