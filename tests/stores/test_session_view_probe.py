@@ -78,3 +78,18 @@ def test_held_sessions_answer_as_the_keyspace_does(tmp_path, monkeypatch, seed):
         assert held == plain, (step, name, args)
     for store in stores:
         store.close()
+
+
+def test_a_cached_store_reads_nothing_once_everything_expired(tmp_path):
+    """Stream time at 2**63-1 with retention 0: every session is expired, and a read
+    through the record cache gives none (it asked the store for sessions ending after
+    2**63-1 and was refused: earliest_session_end out of range)."""
+    from spark_statestore.cache.caching_session import CachingSessionStore
+    from spark_statestore.cache.thread_cache import ThreadCache
+
+    store = CachingSessionStore(_store(str(tmp_path / "db"), 0, "watermark", 1 << 30, True), ThreadCache(3000))
+    store.put(b"k", 1, 2, b"v")
+    store.advance_stream_time(MAX_TIME)
+    assert list(store.find_sessions(b"k", 0, MAX_TIME)) == []
+    assert list(store.backward_find_sessions_range(None, None, 0, MAX_TIME)) == []
+    store.close()
