@@ -316,9 +316,9 @@ class SessionStore(StateStore, ABC):
     ) -> StoreIterator:
         earliest_end = check_time(earliest_end, "earliest_session_end")
         latest_start = check_time(latest_start, "latest_session_start")
-        if key_range_is_empty(key_from, key_to, method):
-            return StoreIterator(iter(()))
         live_from = self._expired_up_to() + 1
+        if key_range_is_empty(key_from, key_to, method) or live_from > MAX_TIME:  # nothing live
+            return StoreIterator(iter(()))
         return self._iterator(
             self._read(key_from, key_to, max(earliest_end, live_from), latest_start, reverse)
         )
