@@ -58,6 +58,7 @@ class SessionKind(StoreKind):
             "find_sessions_range",
             "backward_find_sessions_range",
             "find_ended_sessions",
+            "sessions_of_keys",
             "fetch",
             "backward_fetch",
             "all",

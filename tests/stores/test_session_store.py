@@ -288,6 +288,9 @@ def test_read_only_views_see_committed_or_pending_sessions(tmp_path):
     assert [v for _, v in committed.fetch(b"k")] == [b"committed"] and committed.observed_stream_time == 2
     assert [v for _, v in uncommitted.fetch(b"k")] == [b"committed", b"pending"]
     assert uncommitted.observed_stream_time == 60
+    requests = [(b"k", 0, 100), (b"none", 0, 100)]
+    assert committed.sessions_of_keys(requests) == [{(1, 2): b"committed"}, {}]
+    assert uncommitted.sessions_of_keys(requests) == [{(1, 2): b"committed", (50, 60): b"pending"}, {}]
     with pytest.raises(AttributeError):
         committed.put(b"k", 3, 3, b"no")  # a view has the read methods only
     store.rollback()
