@@ -29,7 +29,6 @@ from spark_statestore.stores.session_api import (
     Sessions,
     SessionSpec,
     SessionStore,
-    Window,
     checked_change,
     checked_request,
 )
@@ -39,13 +38,17 @@ from spark_statestore.stores.session_layout import (
     REQUEST_FIELDS,
     SESSIONS,
     SessionWindow,
+    Window,
+    by_end,
     index_bound,
     key_prefix,
     key_prefix_end,
     range_bounds,
     session_key,
+    session_key_of_index,
     session_of,
     session_of_index,
+    stored_keys,
 )
 from spark_statestore.stores.session_view import HeldSessions
 from spark_statestore.stores.window_api import CHUNK_RECORDS
@@ -99,8 +102,7 @@ class RocksDBSessionStore(SessionStore):
                 return
 
     def _put_live(self, key: bytes, start: int, end: int, value: bytes | None) -> None:
-        at, e, s = escape(key), end.to_bytes(8, "big"), start.to_bytes(8, "big")
-        stored, indexed = SESSIONS + at + e + s, BY_END + e + at + s  # session_key, end_index_key
+        stored, indexed = stored_keys(escape(key), start, end)
         if value is None:
             self._ks.delete(stored)
             self._ks.delete(indexed)
@@ -130,8 +132,7 @@ class RocksDBSessionStore(SessionStore):
             at = escaped.get(key)
             if at is None:
                 at = escaped[key] = escape(key)
-            e, s = end.to_bytes(8, "big"), start.to_bytes(8, "big")
-            stored += (SESSIONS + at + e + s, BY_END + e + at + s)  # session_key, end_index_key
+            stored += stored_keys(at, start, end)
             values += (value, None if value is None else b"")
             written.append((key, start, end, value))
         self._ks.put_columns(stored, values)
@@ -151,7 +152,7 @@ class RocksDBSessionStore(SessionStore):
         windows: list[SessionWindow] = []
         removed: list[bytes] = []
         while chunk := [entry for entry, _ in islice(entries, CHUNK_RECORDS)]:
-            stored = [SESSIONS + entry[9:-8] + entry[1:9] + entry[-8:] for entry in chunk]
+            stored = list(map(session_key_of_index, chunk))
             found = list(map(session_of_index, chunk))
             ended += [(w, v) for w, v in zip(found, ks.get_many(stored)) if v is not None]
             windows += found
@@ -239,7 +240,7 @@ class RocksDBSessionStore(SessionStore):
         (each checked for liveness as it is yielded)."""
         wanted = sorted(
             ((w, v) for w, v in held.items() if w[1] >= earliest_end and w[0] <= latest_start),
-            key=_by_end,
+            key=lambda item: by_end(item[0]),
             reverse=reverse,
         )
         new = tuple.__new__
@@ -296,10 +297,6 @@ class RocksDBSessionStore(SessionStore):
         if not self._open:
             raise self._closed()
         self._ks.flush()
-
-
-def _by_end(item: tuple[Window, bytes]) -> Window:
-    return item[0][1], item[0][0]
 
 
 def _sessions_read(seeker: KeySeeker, key: bytes, earliest_end: int, latest_start: int) -> dict[Window, bytes]:

@@ -25,7 +25,7 @@ from spark_statestore.stores.api import StateStore, key_range_is_empty
 from spark_statestore.stores.clock import STREAM_CLOCK, Clock
 from spark_statestore.stores.damage import storage_error
 from spark_statestore.stores.iterators import StoreIterator
-from spark_statestore.stores.session_layout import CHANGE_FIELDS, REQUEST_FIELDS, SessionWindow
+from spark_statestore.stores.session_layout import CHANGE_FIELDS, REQUEST_FIELDS, SessionWindow, Window
 from spark_statestore.stores.session_typed import TypedSessionStore
 from spark_statestore.stores.window_api import WindowStoreMetrics
 from spark_statestore.validation import (
@@ -102,7 +102,6 @@ def check_session(start: Any, end: Any) -> tuple[int, int]:
 
 
 Sessions = Iterator[tuple[SessionWindow, bytes]]
-Window = tuple[int, int]  # (start, end)
 
 
 class SessionStore(StateStore, ABC):

@@ -18,11 +18,9 @@ from collections.abc import Callable, Sequence
 from functools import reduce
 from typing import Any
 
-from spark_statestore.stores.session_layout import SessionWindow
+from spark_statestore.stores.session_layout import SessionWindow, Window, by_end
 from spark_statestore.stores.spec import Clock
 from spark_statestore.validation import MAX_TIME, check_time
-
-Window = tuple[int, int]  # (start, end)
 
 
 def merge_batch(
@@ -54,7 +52,7 @@ def merge_batch(
     for (key, rows), initial in zip(by_key.items(), found):
         current = dict(initial)
         for i in rows:
-            _replay(current, times[i], values[i], gap, merge, seen[i] - retention)
+            merge_into(current, times[i], values[i], gap, merge, seen[i] - retention)
         changes.append((key, initial, current))
     if final > store.observed_stream_time:
         store.advance_stream_time(final)
@@ -85,28 +83,27 @@ def _stream_times(store: Any, times: list[int]) -> tuple[list[int], int]:
     return seen, now
 
 
-def _replay(
+def merge_into(
     sessions: dict[Window, Any],
     time: int,
     value: Any,
     gap: int,
     merge: Callable[[Any, Any], Any],
-    expired_up_to: int,
-) -> None:
-    """`merge_record` of one record against a key's sessions held in `sessions` (those
-    ending at `expired_up_to` or before are not live; one put so is never seen again, as
-    every later stream time is larger, so it is kept rather than dropped)."""
+    expired_up_to: int = -1,
+) -> tuple[Window, Any]:
+    """Merge a record into one key's sessions held in `sessions` (`(start, end)`: value),
+    in place: the sessions within `gap` of `time` are replaced by one spanning them and the
+    record, its value theirs (earlier sessions first) and the record's combined by `merge`;
+    returns that session and its value. Sessions ending at `expired_up_to` or before are
+    not live (one put so is never seen again, as every later stream time is larger, so it
+    is kept rather than dropped)."""
     lo, hi = time - gap, time + gap
     found = [w for w in sessions if w[1] >= lo and w[0] <= hi and w[1] > expired_up_to]
     if not found:  # the usual record: a session of its own
         sessions[(time, time)] = value
-        return
+        return (time, time), value
     if len(found) > 1:
-        found.sort(key=_by_end)
-    start = min(time, min(w[0] for w in found))
-    end = max(time, max(w[1] for w in found))
-    sessions[(start, end)] = reduce(merge, [sessions.pop(w) for w in found] + [value])
-
-
-def _by_end(window: Window) -> Window:
-    return window[1], window[0]
+        found.sort(key=by_end)
+    window = (min(time, min(w[0] for w in found)), max(time, max(w[1] for w in found)))
+    merged = sessions[window] = reduce(merge, [sessions.pop(w) for w in found] + [value])
+    return window, merged

@@ -34,9 +34,29 @@ class SessionWindow(NamedTuple):
     end: int
 
 
+Window = tuple[int, int]  # a session of a known key: (start, end)
+
+
+def by_end(window: Window) -> Window:
+    """The read order of one key's sessions: by end, then start."""
+    return window[1], window[0]
+
+
 def session_key(key: bytes, start: int, end: int) -> bytes:
     """The stored key of a session."""
-    return SESSIONS + escape(key) + end.to_bytes(8, "big") + start.to_bytes(8, "big")
+    return stored_keys(escape(key), start, end)[0]
+
+
+def stored_keys(escaped: bytes, start: int, end: int) -> tuple[bytes, bytes]:
+    """A session's stored key and its index entry, for its key already escaped (a bulk
+    write escapes each key once)."""
+    e, s = end.to_bytes(8, "big"), start.to_bytes(8, "big")
+    return SESSIONS + escaped + e + s, BY_END + e + escaped + s
+
+
+def session_key_of_index(entry: bytes) -> bytes:
+    """The stored key of the session an index entry points at (bytes moved, nothing decoded)."""
+    return SESSIONS + entry[9:-8] + entry[1:9] + entry[-8:]
 
 
 def key_prefix(key: bytes) -> bytes:
@@ -66,7 +86,7 @@ def session_of(stored: bytes) -> SessionWindow:
 
 def end_index_key(key: bytes, start: int, end: int) -> bytes:
     """The entry of a session in the index by end time."""
-    return BY_END + end.to_bytes(8, "big") + escape(key) + start.to_bytes(8, "big")
+    return stored_keys(escape(key), start, end)[1]
 
 
 def session_of_index(entry: bytes) -> SessionWindow:

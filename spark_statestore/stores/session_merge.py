@@ -16,10 +16,9 @@ These work on any session store, bytes or typed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import reduce
 from typing import Any
 
-from spark_statestore.stores.session_batch import merge_batch
+from spark_statestore.stores.session_batch import merge_batch, merge_into
 from spark_statestore.stores.session_layout import SessionWindow
 from spark_statestore.validation import MAX_TIME, check_int, check_time, to_millis
 
@@ -40,18 +39,10 @@ def merge_record(
     if not found:  # the usual record: a session of its own
         store.put(key, time, time, value)
         return SessionWindow(key, time, time), value
-    windows = sorted(found, key=_by_end)  # earlier sessions' values first
-    start = min(time, windows[0][0], *(w[0] for w in windows))
-    end = max(time, windows[-1][1])
-    merged = reduce(merge, [found[w] for w in windows] + [value])
-    writes = [(key, w[0], w[1], None) for w in windows if w != (start, end)]
-    writes.append((key, start, end, merged))
-    store.write_sessions(writes)
-    return SessionWindow(key, start, end), merged
-
-
-def _by_end(window: tuple[int, int]) -> tuple[int, int]:
-    return window[1], window[0]
+    sessions = dict(found)
+    window, merged = merge_into(sessions, time, value, gap, merge)
+    store.write_sessions([(key, *w, None) for w in found.keys() - sessions.keys()] + [(key, *window, merged)])
+    return SessionWindow(key, *window), merged
 
 
 def is_late(time: int, gap: int, watermark: int) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-Window = tuple[int, int]  # (start, end)
+from spark_statestore.stores.session_layout import Window
 
 MAX_BYTES = 8 << 20
 MAX_PER_KEY = 64
