@@ -28,7 +28,7 @@ from spark_statestore.errors import CorruptStateError, StoreClosedError, StoreLo
 from spark_statestore.faults import fault_point
 from spark_statestore.stores.damage import DAMAGE_MARKER, storage_error
 from spark_statestore.stores.names import DEFAULT_COLUMN_FAMILY, META_COLUMN_FAMILY
-from spark_statestore.stores.rocksdb_options import RocksMemory, rocksdb_options
+from spark_statestore.stores.rocksdb_options import DEFAULT_WRITE_BUFFER_BYTES, RocksMemory, rocksdb_options
 from spark_statestore.stores.rocksdb_scan import Seeker, scan_column_family
 from spark_statestore.stores.spec import StoreSpec
 from spark_statestore.validation import check_bool, check_instance, check_int, check_path, check_seconds
@@ -58,7 +58,7 @@ class RocksDatabase:
         *,
         wal: bool = True,
         lock_timeout: float = 0.0,
-        write_buffer_bytes: int = 32 << 20,
+        write_buffer_bytes: int = DEFAULT_WRITE_BUFFER_BYTES,
         replayable: bool = False,
         memory: RocksMemory | None = None,
     ) -> None:

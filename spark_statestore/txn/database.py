@@ -31,6 +31,7 @@ from spark_statestore.faults import fault_point
 from spark_statestore.stores.api import prefix_end
 from spark_statestore.stores.names import META_COLUMN_FAMILY, check_store_name
 from spark_statestore.stores.rocksdb import RocksDatabase, RocksMemory
+from spark_statestore.stores.rocksdb_options import DEFAULT_WRITE_BUFFER_BYTES
 from spark_statestore.stores.api import StateStore
 from spark_statestore.stores.spec import Clock, StoreSpec
 from spark_statestore.txn.apply import (
@@ -82,7 +83,7 @@ class TransactionalDatabase:
         wal: bool = True,
         uncommitted_max_bytes: int = DEFAULT_UNCOMMITTED_MAX_BYTES,
         lock_timeout: float = 0.0,
-        write_buffer_bytes: int = 32 << 20,
+        write_buffer_bytes: int = DEFAULT_WRITE_BUFFER_BYTES,
         commit_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         replayable: bool = False,
         rocks_memory: RocksMemory | None = None,
