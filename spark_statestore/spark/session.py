@@ -5,7 +5,7 @@ watermark, the same for every partition and attempt; `retention` (at least the g
 default) keeps a session until the watermark closed it. The processor gets the typed store
 with its gap (`stores.session_merge.GapSessions`): `merge(key, time, value, fn)` puts a
 record into its key's sessions, `merge_batch(keys, times, values, fn)` a batch of them (a
-partition's rows in `mapInArrow`), `close(watermark)` takes out the sessions the watermark
+partition's rows in `mapInArrow`), `close_sessions(watermark)` takes out the sessions the watermark
 closed, `is_late(time, watermark)` tells a record that can join no session any more.
 """
 

@@ -79,8 +79,8 @@ class GapSessions:
         order, each key's sessions read once and only the net changes written."""
         return merge_batch(self.store, keys, times, values, self.gap, merge)
 
-    def close(self, watermark: int) -> list[tuple[SessionWindow, Any]]:
-        """`close_sessions` with this store's gap."""
+    def close_sessions(self, watermark: int) -> list[tuple[SessionWindow, Any]]:
+        """`close_sessions` with this store's gap (`close()` is the store's own)."""
         return close_sessions(self.store, watermark, self.gap)
 
     def is_late(self, time: int, watermark: int) -> bool:

@@ -59,7 +59,7 @@ def test_a_batch_leaves_the_state_merging_each_record_in_turn_leaves(tmp_path, k
         assert all(store.fetch_session(*w) == v for w, v in written)
         if kind != "memory":
             raw.commit({"t": number})
-    raw.close()  # (`GapSessions.close` closes sessions)
+    raw.close()
 
 
 class _TypedBytes:

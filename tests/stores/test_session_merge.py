@@ -10,7 +10,7 @@ from session_support import open_session_store
 
 from spark_statestore.serde import Serdes
 from spark_statestore.stores.session_layout import SessionWindow
-from spark_statestore.stores.session_merge import check_gap, close_sessions, is_late, merge_record
+from spark_statestore.stores.session_merge import GapSessions, check_gap, close_sessions, is_late, merge_record
 
 
 def _sessions_of(times: list[int], gap: int) -> list[tuple[int, int, int]]:
@@ -74,6 +74,23 @@ def test_the_watermark_closes_sessions_once_their_gap_passed(tmp_path, kind):
     assert [w.key for w, _ in store.all()] == [b"c"]
     assert is_late(3, 10, 13) and not is_late(4, 10, 13)
     store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "rocksdb"])
+def test_gap_sessions_close_sessions_with_their_gap_and_close_the_store(tmp_path, kind):
+    """What a Spark `Session` declaration hands a processor: the store's methods, and the
+    merge helpers with the declared gap; `close()` is the store's own."""
+    store = open_session_store(kind, str(tmp_path / "db"), 1000, clock="external")
+    sessions = GapSessions(store, 10)
+    sessions.merge(b"a", 0, b"x", _concat)
+    sessions.merge(b"a", 3, b"y", _concat)
+    sessions.merge(b"b", 8, b"z", _concat)
+    assert sessions.close_sessions(12) == []  # a's session [0, 3] closes at 13
+    assert sessions.close_sessions(13) == [(SessionWindow(b"a", 0, 3), b"xy")]
+    assert [w.key for w, _ in sessions.all()] == [b"b"]
+    assert sessions.is_late(3, 13) and not sessions.is_late(4, 13)
+    sessions.close()
+    assert not store.is_open
 
 
 def test_gap_is_checked():
