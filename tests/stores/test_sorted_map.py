@@ -81,3 +81,59 @@ def test_ordered_keys_are_sorted_once_while_the_keys_stay_the_same():
     list(m.iter_keys())  # an ordered walk builds the index: from then on it answers
     m.set(b"y", 1)
     assert m.ordered_keys() == [b"y", b"z"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_live_walks_hold_their_promises_under_changes(seed):
+    """Walks of random ranges and directions, consumed a few keys at a time while keys
+    come and go and the map is cleared (after which the index is built again): keys come
+    in order, each present when handed out, and every key of the range that was
+    present from the walk's start to its end is handed out."""
+    rng = random.Random(seed)
+    m, model = SortedMap(), {}
+    for step in range(1500):
+        r = rng.random()
+        if r < 0.03:
+            m.clear()
+            model.clear()
+        elif r < 0.2:
+            for _ in range(rng.randrange(1, 30)):
+                key = rng.randrange(300)
+                m.set(key, step)
+                model[key] = step
+        elif r < 0.3:
+            for key in rng.sample(range(300), 10):
+                m.pop(key)
+                model.pop(key, None)
+        else:
+            lo = rng.choice([None, rng.randrange(300)])
+            hi = rng.choice([None, rng.randrange(300)])
+            lo_in, hi_in, reverse = rng.random() < 0.5, rng.random() < 0.5, rng.random() < 0.5
+            inside = lambda k: (lo is None or k > lo or (lo_in and k == lo)) and (  # noqa: E731
+                hi is None or k < hi or (hi_in and k == hi)
+            )
+            if rng.random() < 0.3:
+                assert m.has_key_in(lo, hi) == any(
+                    (lo is None or k >= lo) and (hi is None or k < hi) for k in model
+                )
+            walk = m.iter_items(lo, hi, lo_in, hi_in, reverse)
+            throughout = {k for k in model if inside(k)}
+            got = []
+            while True:
+                batch = [item for _, item in zip(range(rng.randrange(1, 6)), walk)]
+                for key, value in batch:
+                    assert key in model and model[key] == value and inside(key)
+                got += [key for key, _ in batch]
+                if not batch:
+                    break
+                for _ in range(rng.randrange(3)):
+                    key = rng.randrange(300)
+                    if rng.random() < 0.5:
+                        m.set(key, -step)
+                        model[key] = -step
+                    else:
+                        m.pop(key)
+                        model.pop(key, None)
+                        throughout.discard(key)
+            assert got == sorted(got, reverse=reverse) and len(set(got)) == len(got)
+            assert throughout <= set(got), sorted(throughout - set(got))
