@@ -6,7 +6,8 @@ the window [start, last + gap)). The sessions live in a RocksDB session store in
 Python worker (`Session(...)` in `transformWithStateInPandas`); a record is merged into
 the sessions within its gap (`merge`), and a session's count is written once, when the
 watermark closed it (an event-time timer at its end + gap). Events too late to join or
-start a session (`is_late`) are dropped, as Spark SQL drops them.
+start a session are dropped, as Spark SQL drops them (the watermark is on each event's own
+session end: see `events`).
 
 Run it with no arguments: it generates files of events (some late), processes them on a
 local Spark, then runs Spark SQL's `session_window` aggregation over the same input and
@@ -31,7 +32,7 @@ from spark_statestore.spark import Session, StoreProcessor, epoch_millis
 
 INPUT_SCHEMA = "user string, ts long"
 OUTPUT_SCHEMA = "user string, session_start long, session_end long, events long"
-WATERMARK = "4 seconds"
+WATERMARK_MS = 4_000
 
 
 def _add(a: int, b: int) -> int:
@@ -51,12 +52,15 @@ class SessionCounts(StoreProcessor):
     ) -> Iterator[pd.DataFrame]:
         user = key[0]
         sessions = self.store("sessions")
-        watermark = timer_values.getCurrentWatermarkInMs()
-        times = epoch_millis(pd.concat(list(rows), ignore_index=True)["ts"])
+        # an event is late by the watermark the previous batch ended with (Spark's watermark
+        # for late events: the store's stream time on the watermark clock; `events` has
+        # Spark drop these already); this batch's watermark closes sessions (the timers)
+        late_before = sessions.observed_stream_time
+        times = sorted(t for frame in rows for t in epoch_millis(frame["ts"]).tolist())
         closing = set()
-        for time in sorted(int(t) for t in times):
-            if sessions.is_late(time, watermark):
-                continue  # its session would be closed already: Spark drops it too
+        for time in times:
+            if sessions.is_late(time, late_before):
+                continue  # its session was closed before this batch: Spark SQL drops it too
             window, _ = sessions.merge(user, time, 1, _add)
             closing.add(window.end + self.gap_ms)
         timers = set(self.handle.listTimers())
@@ -96,26 +100,37 @@ def generate(input_dir: str, files: int, events_per_file: int, users: int = 20, 
         os.replace(temp, os.path.join(input_dir, f"{n:05d}.json"))
 
 
-def events(spark: Any, input_dir: str) -> Any:
+def events(spark: Any, input_dir: str, gap_ms: int = 0) -> Any:
+    """The input as a stream, its watermark `WATERMARK_MS` behind the largest event time.
+
+    Spark's `session_window` drops an event whose own session, [ts, ts + gap), ended by
+    the previous batch's watermark; `transformWithState` drops a row whose watermarked
+    column is at or below that watermark. So, for the session store, `gap_ms` puts the
+    watermark on each event's own session end (`ts + gap`) with the delay widened by the
+    gap: the same watermarks as Spark SQL's, and the same events dropped."""
     from pyspark.sql import functions as F
 
-    return (
+    frame = (
         spark.readStream.schema(INPUT_SCHEMA)
         .option("maxFilesPerTrigger", 1)
         .json(input_dir)
         .withColumn("event_time", F.timestamp_millis("ts"))
-        .withWatermark("event_time", WATERMARK)
+    )
+    if not gap_ms:
+        return frame.withWatermark("event_time", f"{WATERMARK_MS} milliseconds")
+    return frame.withColumn("own_session_end", F.timestamp_millis(F.col("ts") + gap_ms)).withWatermark(
+        "own_session_end", f"{WATERMARK_MS + gap_ms} milliseconds"
     )
 
 
 def session_store_query(spark: Any, workdir: str, processor: SessionCounts) -> Any:
     """Sessions counted with the session store."""
     counts = (
-        events(spark, os.path.join(workdir, "input"))
+        events(spark, os.path.join(workdir, "input"), processor.gap_ms)
         .groupBy("user")
         .transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "EventTime")
     )
-    return _sink(counts, workdir, "store")
+    return sink(counts, workdir, "store")
 
 
 def spark_sql_query(spark: Any, workdir: str, gap_ms: int) -> Any:
@@ -133,10 +148,11 @@ def spark_sql_query(spark: Any, workdir: str, gap_ms: int) -> Any:
             "events",
         )
     )
-    return _sink(counts, workdir, "sql")
+    return sink(counts, workdir, "sql")
 
 
-def _sink(frame: Any, workdir: str, name: str) -> Any:
+def sink(frame: Any, workdir: str, name: str) -> Any:
+    """`frame` started into parquet at `output-{name}` (availableNow, checkpoint `checkpoint-{name}`)."""
     return (
         frame.writeStream.format("parquet")
         .outputMode("append")
@@ -167,11 +183,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", default=os.path.abspath("out/session_counts"))
     parser.add_argument("--files", type=int, default=8, help="input files to generate (one per micro-batch)")
     parser.add_argument("--events-per-file", type=int, default=60)
+    parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--gap-ms", type=int, default=3_000)
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     shutil.rmtree(args.workdir, ignore_errors=True)
-    generate(os.path.join(args.workdir, "input"), args.files, args.events_per_file)
+    generate(os.path.join(args.workdir, "input"), args.files, args.events_per_file, args.users)
     from pyspark.sql import SparkSession
 
     spark = (

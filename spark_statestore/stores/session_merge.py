@@ -10,6 +10,9 @@ store: no record that is not late can join them any more.
 Times follow Spark's `session_window`: a session of records from `start` to `end` is the
 window [start, end + gap); it is closed once `end + gap <= watermark`, and a record at
 `time` is late when `time + gap <= watermark` (its own session would be closed at once).
+In Spark that watermark is the one late input is dropped by, the previous batch's (a
+watermark-clocked store's `observed_stream_time`), and this batch's closes sessions: so
+Spark SQL's `session_window` keeps a late event that joins a session still open.
 These work on any session store, bytes or typed.
 """
 
@@ -84,6 +87,8 @@ class GapSessions:
         return close_sessions(self.store, watermark, self.gap)
 
     def is_late(self, time: int, watermark: int) -> bool:
+        """`is_late` with this store's gap (`watermark`: the previous batch's in Spark, this
+        store's `observed_stream_time` on the watermark clock)."""
         return is_late(time, self.gap, watermark)
 
     def __getattr__(self, name: str) -> Any:
