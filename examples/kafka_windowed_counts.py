@@ -75,10 +75,8 @@ def build_query(spark: Any, bootstrap: str, topic: str, output_topic: str, check
         source.load()
         .select(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("event"))
         .select("event.*")
-        .withColumn("event_time", F.timestamp_millis("ts"))
-        .withWatermark("event_time", "10 seconds")
     )
-    counts = parsed.groupBy("key").transformWithStateInPandas(
+    counts = windowed_counts.watermarked(parsed, processor).groupBy("key").transformWithStateInPandas(
         processor, windowed_counts.OUTPUT_SCHEMA, "Append", "EventTime"
     )
     records = counts.select(

@@ -3,8 +3,10 @@
 Counts events per key in tumbling (10 s) and sliding (30 s, every 10 s) event-time windows
 with a 5 s grace period, in `transformWithStateInPandas`. Each count lives in a RocksDB
 window store in the Python worker; a window's final count is written once, when the
-watermark passes its end plus the grace period (an event-time timer), and events that
-arrive later than that are dropped and counted in the metrics.
+watermark passes its end plus the grace period (an event-time timer), and an event's windows
+closed by then are dropped and counted in the metrics: the windows Spark SQL's window
+aggregation gives with a watermark delay of this job's delay plus the grace period (see
+`watermarked`).
 
 Run it with no arguments (`./dev example`): it generates a stream of files with event times
 and some late events, processes it on a local Spark and stops when the input is done. It
@@ -35,6 +37,7 @@ from spark_statestore.spark import StoreProcessor, Window, check_columns, compat
 
 OUTPUT_SCHEMA = "key string, kind string, window_start long, window_end long, count long"
 INPUT_SCHEMA = "key string, ts long"
+DELAY_MS = 10_000  # the watermark's delay behind the largest event time
 
 
 class WindowedCounts(StoreProcessor):
@@ -64,6 +67,9 @@ class WindowedCounts(StoreProcessor):
             for kind, (size, _) in self.windows.items()
         ]
         super().__init__(checkpoint_location, spark=spark)
+        # an event counts in its windows until the last of them closes: at most this long
+        # after its event time (a window [start, start + size) holding it ends by ts + size)
+        self.lateness_ms = max(size for size, _ in self.windows.values()) + grace_ms
         from pyspark.sql import SparkSession
 
         session = spark or SparkSession.getActiveSession()
@@ -150,17 +156,29 @@ def tick_events(rng: random.Random, tick: int, count: int, keys: int) -> list[tu
     return rows
 
 
+def watermarked(events: Any, processor: WindowedCounts, delay_ms: int = DELAY_MS) -> Any:
+    """`events` with the query's watermark, `delay_ms` behind the largest event time.
+
+    Spark drops an input row of transformWithState whose watermarked column is at or
+    before the previous batch's watermark, while Spark SQL's window aggregation drops a
+    row from a window only when that window ended by then (each of a row's windows on its
+    own). So the watermark is on `window_close`, the event time plus the processor's
+    `lateness_ms`, with the delay widened by as much (the same watermarks): Spark drops
+    only events whose windows all closed, and the window stores drop the closed windows of
+    the others."""
+    from pyspark.sql import functions as F
+
+    return events.withColumn(
+        "window_close", F.timestamp_millis(F.col(processor.time_column) + processor.lateness_ms)
+    ).withWatermark("window_close", f"{delay_ms + processor.lateness_ms} milliseconds")
+
+
 def build_query(spark: Any, workdir: str, processor: WindowedCounts, trigger: dict, checkpoint: str | None = None) -> Any:
     """The query: input files under `workdir`, output there too, the checkpoint there or at
     `checkpoint` (an `s3a://` location, say)."""
-    from pyspark.sql import functions as F
-
-    events = (
-        spark.readStream.schema(INPUT_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(os.path.join(workdir, "input"))
-        .withColumn("event_time", F.timestamp_millis("ts"))
-        .withWatermark("event_time", "10 seconds")
+    events = watermarked(
+        spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(os.path.join(workdir, "input")),
+        processor,
     )
     counts = events.groupBy("key").transformWithStateInPandas(
         processor, OUTPUT_SCHEMA, "Append", "EventTime"

@@ -74,6 +74,56 @@ def test_windowed_counts_match_the_batch_reference(spark, job):
     assert {"batch_id", "rows_written", "uncommitted_bytes_peak", "cache_hits", "open_seconds"} <= set(recent.columns)
 
 
+# Late events at the edges (delay 10 s, grace 5 s; windows 10 s tumbling, 30 s sliding by
+# 10 s). A batch's rows are late by the watermark the batch before ran with (of the events
+# up to two batches before). Batch 2 runs behind 25 s: 25 s is at it, 20 s at a window's
+# start, 19.999 s and 15 s in a tumbling window it closed (end + grace = 25 s) but in open
+# sliding ones. Batch 5 runs behind 50 s: 15 s has every window closed (Spark drops it),
+# 20 s only the sliding window [20 s, 50 s) open (the window stores drop the others).
+LATE_EDGES = [
+    [("a", 35_000), ("b", 31_000)],
+    [("c", 35_000)],
+    [("a", 25_000), ("a", 20_000), ("a", 19_999), ("b", 15_000), ("b", 14_999), ("a", 45_000)],
+    [("a", 60_000)],
+    [("c", 60_000)],
+    [("b", 15_000), ("b", 20_000), ("b", 120_000)],
+]
+
+
+def test_windowed_counts_equal_spark_sqls_window_aggregation_with_late_events_at_the_edges(spark, job):
+    """The example's windows are Spark SQL's window aggregation in append mode with the
+    delay widened by the grace period: an event still counts in its windows that are open
+    when it arrives, also when its event time is at or before the watermark."""
+    from pyspark.sql import functions as F
+
+    inputs = os.path.join(job, "input")
+    os.makedirs(inputs)
+    for n, rows in enumerate(LATE_EDGES):
+        path = os.path.join(inputs, f"{n:05d}.json")
+        pd.DataFrame(rows, columns=["key", "ts"]).to_json(path, orient="records", lines=True)
+        os.utime(path, (1_000_000 + n, 1_000_000 + n))
+    run(spark, job, windowed_counts.WindowedCounts(os.path.join(job, "checkpoint")))
+    stamped = (
+        spark.readStream.schema(windowed_counts.INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(inputs)
+        .withColumn("event_time", F.timestamp_millis("ts")).withWatermark("event_time", "15 seconds")
+    )
+    sql = []
+    for kind, window in (("tumbling", ("10 seconds",)), ("sliding", ("30 seconds", "10 seconds"))):
+        counts = stamped.groupBy(F.window("event_time", *window), "key").count().select(
+            "key", F.lit(kind).alias("kind"), F.unix_millis(F.col("window.start")).alias("window_start"),
+            F.unix_millis(F.col("window.end")).alias("window_end"), "count",
+        )
+        spark_jobs.finished(spark, counts.writeStream.format("memory").queryName(f"sql_{kind}").outputMode(
+            "append").option("checkpointLocation", os.path.join(job, f"sql-{kind}")).trigger(availableNow=True).start())
+        sql.append(spark.sql(f"select * from sql_{kind}").toPandas())
+    expected = pd.concat(sql).query("window_start >= 0 and window_end <= 105000")  # the stores hold no negative times
+    actual = pd.read_parquet(os.path.join(job, "output"))
+    assert len(expected) == 24 and actual["window_end"].max() <= 105000
+    difference = windowed_reference.compare(actual, expected)
+    assert difference is None, difference
+    check_output(spark, job)  # and the batch reference, on the same edges
+
+
 # on the newest minor (the others: the killed worker's test, on the same runner)
 @pytest.mark.classic_only
 def test_exactly_once_when_tasks_raise_and_are_retried(spark, job):

@@ -4,12 +4,12 @@ the batches the query actually ran (its checkpoint's file-source log and offset 
 Batch boundaries are Spark's choice (it may run a no-data batch between two data batches
 when the watermark moved), and they decide which rows are late, so the reference replays
 the committed batches: batch N read the files between the previous batch's source offset
-and its own (offset log), and ran with the watermark its offset log records, W_N. Spark drops input rows of batch N whose event time
-is at or before W_{N-1} (0 for batch 0; measured for transformWithStateInPandas in
-EventTime mode). Window stores run on the watermark clock, so during batch N their stream
-time is that same W_{N-1}: every row Spark lets through falls in a window that is still
-live. A window is written once, when the watermark passes its end + grace: the last
-batch's watermark decides which windows were written.
+and its own (offset log), and ran with the watermark its offset log records, W_N. A row of
+batch N counts in each of its windows whose end + grace is after W_{N-1} (0 for batch 0),
+as Spark SQL's window aggregation with the delay widened by the grace period counts it
+(Spark drops the rows whose windows all closed, the window stores, whose stream time is
+W_{N-1}, the closed windows of the others). A window is written once, when the watermark
+passes its end + grace: the last batch's watermark decides which windows were written.
 """
 
 from __future__ import annotations
@@ -44,13 +44,11 @@ def replay(committed: list[int], watermarks: dict[int, int], rows: Callable[[int
     late_before = 0  # the watermark of the previous batch
     for batch in committed:
         for key, ts in rows(batch):
-            if ts <= late_before:
-                continue  # dropped by Spark as late
             for kind, (size, slide) in WINDOWS.items():
                 first = ts - ts % slide
                 for j in range(size // slide):
                     start = first - j * slide
-                    if start >= 0:
+                    if start >= 0 and start + size + GRACE > late_before:  # else closed: dropped as late
                         counts[(key, kind, start, start + size)] += 1
         late_before = watermarks[batch]
     final = watermarks[committed[-1]] if committed else 0
