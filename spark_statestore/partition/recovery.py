@@ -125,9 +125,9 @@ class Recovery:
         try:
             db, pending = kept if kept is not None else (self._open_db(), None)
             meta = PartitionMetadata(db)
-            self._check_layout(meta, f"the local copy {self.place.local.db_path}")
             copy = LocalCopy(meta.committed, meta.ahead, meta.prepared, pending)
-            plan = plan_local(history, copy, target, self.every_batch)
+            plan = plan_local(history, copy, target, self.every_batch)  # a copy off the history is rebuilt
+            self._check_layout(meta, f"the local copy {self.place.local.db_path}")
             if plan.commit_pending:
                 self._commit_pending(db, plan.base)
             elif pending is not None:

@@ -90,6 +90,30 @@ def test_local_copy_ahead_of_the_wanted_version_is_restored(dirs):
     state.close()
 
 
+def test_a_local_copy_of_a_deleted_checkpoint_with_other_stores_is_dropped_not_refused(dirs):
+    """The checkpoint deleted and the query started again at the same location with a
+    store redeclared: the local copy left behind belongs to no durable history, so it is
+    rebuilt, not refused as a change of this checkpoint's stores (which stays refused)."""
+    from spark_statestore import StateStoreError
+
+    checkpoint, local = dirs
+    run(checkpoint, local, 3)  # "kv" and the window store "win"
+    shutil.rmtree(checkpoint)
+    os.makedirs(checkpoint)
+    specs = [StoreSpec.key_value("win")]
+    for batch in range(2):
+        state = PartitionState(checkpoint, 0, specs, WorkerResources(local))
+        state.open(batch)
+        assert state.metrics.restored == (batch == 0)
+        assert state.store("win").get(b"k") == (None if batch == 0 else b"v")
+        state.store("win").put(b"k", b"v")
+        state.prepare()
+        state.close()
+    redeclared = PartitionState(checkpoint, 0, [StoreSpec.window("win", 100, 10)], WorkerResources(local))
+    with pytest.raises(StateStoreError, match="start from a new checkpoint location"):
+        redeclared.open(2)
+
+
 def test_corrupt_local_database_is_restored(dirs):
     checkpoint, local = dirs
     run(checkpoint, local, 5)
