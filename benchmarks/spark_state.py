@@ -243,9 +243,11 @@ def main() -> None:
     warmup = os.path.join(workdir, "warmup")
     generate(warmup, 2_000, 50, 2)
 
+    def read(directory: str = inputs) -> Any:
+        return spark.readStream.schema(INPUT).option("maxFilesPerTrigger", 1).json(directory)
+
     def events(directory: str = inputs) -> Any:
-        return (spark.readStream.schema(INPUT).option("maxFilesPerTrigger", 1).json(directory)
-                .withColumn("event_time", F.timestamp_millis("ts")).withWatermark("event_time", "10 seconds"))
+        return read(directory).withColumn("event_time", F.timestamp_millis("ts")).withWatermark("event_time", "10 seconds")
 
     stores_processors: list = []
 
@@ -279,7 +281,9 @@ def main() -> None:
 
     def windowed_stores_query(checkpoint: str) -> Any:
         processor = windowed_counts.WindowedCounts(checkpoint, sliding_ms=None)
-        return events().groupBy("key").transformWithStateInPandas(processor, windowed_counts.OUTPUT_SCHEMA, "Append", "EventTime")
+        return windowed_counts.watermarked(read(), processor).groupBy("key").transformWithStateInPandas(
+            processor, windowed_counts.OUTPUT_SCHEMA, "Append", "EventTime"
+        )
 
     def windowed_sql_query(checkpoint: str) -> Any:
         return events().groupBy(F.window("event_time", "10 seconds"), "key").count()
