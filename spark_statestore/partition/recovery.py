@@ -52,7 +52,7 @@ from spark_statestore.checkpoint.snapshots import restore_snapshot
 from spark_statestore.errors import CorruptStateError, MissingStateError
 from spark_statestore.faults import fault_point
 from spark_statestore.partition.history import DurableHistory, Vanished
-from spark_statestore.partition.layout import Layout
+from spark_statestore.partition.layout import Layout, LayoutMismatchError
 from spark_statestore.partition.metadata import EMPTY, PartitionMetadata, VersionId
 from spark_statestore.partition.place import PartitionPlace
 from spark_statestore.partition.plan import (
@@ -127,7 +127,7 @@ class Recovery:
             meta = PartitionMetadata(db)
             copy = LocalCopy(meta.committed, meta.ahead, meta.prepared, pending)
             plan = plan_local(history, copy, target, self.every_batch)  # a copy off the history is rebuilt
-            self._check_layout(meta, f"the local copy {self.place.local.db_path}")
+            self._check_local_layout(history, meta, plan)
             if plan.commit_pending:
                 self._commit_pending(db, plan.base)
             elif pending is not None:
@@ -217,6 +217,23 @@ class Recovery:
             db.close()
             raise
         return committed
+
+    def _check_local_layout(self, history: DurableHistory, meta: PartitionMetadata, plan: RestorePlan) -> None:
+        """The local copy's layout agrees with the declared one. A copy that disagrees is
+        refused only when it lies on the durable history: `plan_local` leaves the identity
+        of a copy with changelogs to apply to `_apply`, so it is checked here first, and a
+        copy off the history (left by a deleted checkpoint at the same location, say) is
+        `StaleCopy`, rebuilt from the history, whose own files are checked."""
+        try:
+            self._check_layout(meta, f"the local copy {self.place.local.db_path}")
+        except LayoutMismatchError:
+            check_identity(history, plan.base, "the local copy")
+            if plan.changelogs and history.base(plan.changelogs[0]) != plan.base:
+                raise StaleCopy(
+                    f"the local copy at version {plan.base} is not the one changelog "
+                    f"{history.changelog_uri(plan.changelogs[0])} builds on"
+                ) from None
+            raise
 
     def _check_layout(self, meta: PartitionMetadata, where: str) -> None:
         recorded = meta.layout()

@@ -114,6 +114,40 @@ def test_a_local_copy_of_a_deleted_checkpoint_with_other_stores_is_dropped_not_r
         redeclared.open(2)
 
 
+def _put_one(checkpoint: str, local: str, specs: list, batch: int) -> tuple[bytes | None, bool]:
+    """Batch `batch` of partition 0 puts b"k" -> the batch id in "win": the value it read
+    before, and whether the state was restored from durable files."""
+    state = PartitionState(checkpoint, 0, specs, WorkerResources(local))
+    state.open(batch)
+    previous = state.store("win").get(b"k")
+    state.store("win").put(b"k", b"%d" % batch)
+    state.prepare()
+    state.close()
+    return previous, state.metrics.restored
+
+
+def test_a_copy_of_a_deleted_checkpoint_behind_the_new_history_is_rebuilt_not_refused(dirs, tmp_path):
+    """As above, but the new run went past the copy's version on another executor before
+    the partition came back: the plan would bring the copy up with the new changelogs,
+    which build on another version 1 than the copy's (it is off the history), so it is
+    rebuilt rather than refused for its other stores."""
+    from spark_statestore import StateStoreError
+
+    checkpoint, local = dirs
+    run(checkpoint, local, 2)  # "kv" and the window store "win", versions 0 and 1 here
+    shutil.rmtree(checkpoint)
+    os.makedirs(checkpoint)
+    specs, elsewhere = [StoreSpec.key_value("win")], str(tmp_path / "other-executor")
+    for batch in range(4):
+        _put_one(checkpoint, elsewhere, specs, batch)
+    assert _put_one(checkpoint, local, specs, 4) == (b"3", True)  # back on the first executor
+    assert _put_one(checkpoint, local, specs, 5) == (b"4", False)
+    # a copy on this history, behind it, with "win" redeclared: still refused
+    redeclared = PartitionState(checkpoint, 0, [StoreSpec.window("win", 100, 10)], WorkerResources(elsewhere))
+    with pytest.raises(StateStoreError, match="start from a new checkpoint location"):
+        redeclared.open(6)
+
+
 def test_corrupt_local_database_is_restored(dirs):
     checkpoint, local = dirs
     run(checkpoint, local, 5)
