@@ -281,6 +281,8 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+    if found["store"].empty:
+        sys.exit("no query closed a session: nothing to compare (more events, or a smaller gap)")
     for name in ("kv", "sql", "partition"):
         if not found["store"].equals(found[name]):
             sys.exit(
