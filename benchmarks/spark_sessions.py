@@ -112,9 +112,6 @@ class ListStateSessions(StatefulProcessor):
 class NoState(StatefulProcessor):
     """(0) the floor: the same input read per user, no state, no timer, nothing emitted."""
 
-    def __init__(self, gap_ms: int) -> None:
-        self.gap_ms = gap_ms  # the input's watermark is on each event's own session end
-
     def init(self, handle: Any) -> None:
         pass
 
@@ -192,10 +189,11 @@ def _closing_files(input_dir: str, first: int) -> None:
         os.utime(path, (1_000_000 + n, 1_000_000 + n))
 
 
-def _grouped(spark: Any, workdir: str, processor: Any, name: str) -> Any:
-    """`processor` per user over the input, started into `output-{name}`."""
+def _grouped(spark: Any, workdir: str, processor: Any, gap_ms: int, name: str) -> Any:
+    """`processor` per user over the input (its watermark on each event's own session end),
+    started into `output-{name}`."""
     frame = (
-        events(spark, os.path.join(workdir, "input"), processor.gap_ms)
+        events(spark, os.path.join(workdir, "input"), gap_ms)
         .groupBy("user")
         .transformWithStateInPandas(processor, OUTPUT_SCHEMA, "Append", "EventTime")
     )
@@ -246,7 +244,7 @@ def main() -> None:
             (
                 "(0) transformWithStateInPandas without state (floor)",
                 "floor",
-                lambda: _grouped(spark, workdir, NoState(gap), "floor"),
+                lambda: _grouped(spark, workdir, NoState(), gap, "floor"),
             ),
             (
                 "(a) Session store in transformWithStateInPandas",
@@ -255,13 +253,14 @@ def main() -> None:
                     spark,
                     workdir,
                     SessionCounts(os.path.join(workdir, "checkpoint-store"), gap_ms=gap, spark=spark),
+                    gap,
                     "store",
                 ),
             ),
             (
                 "(b) merged by hand over transformWithStateInPandas ListState",
                 "kv",
-                lambda: _grouped(spark, workdir, ListStateSessions(gap), "kv"),
+                lambda: _grouped(spark, workdir, ListStateSessions(gap), gap, "kv"),
             ),
             ("(c) Spark SQL session_window", "sql", lambda: spark_sql_query(spark, workdir, gap)),
             (
